@@ -1,0 +1,20 @@
+# The two commands of the README: `make demo` (main job) and `make test` (test suite).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fairseq_shared_installed
+
+.PHONY: demo test venv sysdeps bench tables
+venv: $(STAMP)
+$(STAMP): scripts/setup_env.sh requirements.txt setup.py
+	bash scripts/setup_env.sh $(VENV)
+	touch $(STAMP)
+
+# System packages for the offline Bible corpus (Debian); prints what it installs.
+sysdeps:
+	bash scripts/install_system_packages.sh
+
+test: venv sysdeps
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests
+
+demo: venv sysdeps
+	$(PY) -m fairseq_shared.cli.main_job

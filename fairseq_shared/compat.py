@@ -1,0 +1,1 @@
+"""Compatibility fixes for fairseq 0.12 on modern PyTorch/NumPy. Kept as narrow as possible."""

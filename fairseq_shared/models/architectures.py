@@ -1,0 +1,85 @@
+"""Registered architectures: ``fairseq-train --arch transformer_cycle_rev ...``.
+
+Each sharing family comes in fairseq's four sizes: the plain name is base size
+(512/2048, 8 heads, as in Takase & Kiyono's table), then ``_iwslt_de_en`` (512/1024,
+4 heads), ``_wmt_en_de`` (= base) and ``_wmt_en_de_big`` (1024/4096, 16 heads,
+dropout 0.3). Every default can still be overridden on the command line.
+"""
+
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer.transformer_legacy import (
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_wmt_en_de,
+    transformer_wmt_en_de_big,
+)
+
+MODEL = "shared_transformer"
+M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
+
+# family -> sharing defaults applied to both stacks (Takase & Kiyono: each stack on its own).
+FAMILIES = {
+    "transformer_sequence": dict(layers=12, strategy="sequence", unique_layers=6, scope="all"),
+    "transformer_cycle": dict(layers=12, strategy="cycle", unique_layers=6, scope="all"),
+    "transformer_cycle_rev": dict(layers=12, strategy="cycle_rev", unique_layers=6, scope="all"),
+    "transformer_universal": dict(layers=6, strategy="universal", unique_layers=None, scope="all"),
+    # ALBERT's rule: Q/K/V/output projections tied across all layers, own FFN per layer.
+    "transformer_attn_shared": dict(
+        layers=6, strategy="universal", unique_layers=None, scope="attn"
+    ),
+}
+
+SIZES = {
+    "": transformer_wmt_en_de,
+    "_iwslt_de_en": transformer_iwslt_de_en,
+    "_wmt_en_de": transformer_wmt_en_de,
+    "_wmt_en_de_big": transformer_wmt_en_de_big,
+}
+
+
+def set_default(args, name, value):
+    """fairseq leaves unset model flags absent (or None); only then apply ``value``."""
+    if getattr(args, name, None) is None:
+        setattr(args, name, value)
+
+
+def shared_base_architecture(args):
+    for stack in ("encoder", "decoder"):
+        set_default(args, f"{stack}_share_strategy", "none")
+        set_default(args, f"{stack}_share_scope", "all")
+        if not hasattr(args, f"{stack}_unique_layers"):
+            setattr(args, f"{stack}_unique_layers", None)
+    base_architecture(args)
+
+
+@register_model_architecture(MODEL, MODEL)
+def shared_transformer(args):
+    shared_base_architecture(args)
+
+
+def _make_architecture(family, sharing, size_fn):
+    def architecture(args):
+        for stack in ("encoder", "decoder"):
+            set_default(args, f"{stack}_layers", sharing["layers"])
+            set_default(args, f"{stack}_share_strategy", sharing["strategy"])
+            set_default(args, f"{stack}_share_scope", sharing["scope"])
+            # M defaults only where it means the same thing: for sequence/cycle/cycle_rev
+            # families and a sequence/cycle/cycle_rev strategy (universal needs no M).
+            if sharing["strategy"] in M_STRATEGIES and (
+                getattr(args, f"{stack}_share_strategy") in M_STRATEGIES
+            ):
+                set_default(args, f"{stack}_unique_layers", sharing["unique_layers"])
+        size_fn(args)
+        shared_base_architecture(args)
+
+    architecture.__name__ = family
+    return architecture
+
+
+ARCHITECTURES = {}
+for _family, _sharing in FAMILIES.items():
+    for _suffix, _size_fn in SIZES.items():
+        _name = _family + _suffix
+        ARCHITECTURES[_name] = register_model_architecture(MODEL, _name)(
+            _make_architecture(_name, _sharing, _size_fn)
+        )
