@@ -1,0 +1,244 @@
+"""The shared model: caches per position, ties by name, parameter counts, state dicts."""
+
+import io
+import itertools
+
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_shared.models.shared_transformer import SharedTransformerModel
+from fairseq_shared.param_count import model_params
+from fairseq_shared.sharing import SharingConfigError
+from helpers_model import TINY, build_model
+
+torch.set_num_threads(1)
+
+STRATEGIES = [
+    ("none", None),
+    ("sequence", "2"),
+    ("cycle", "2"),
+    ("cycle_rev", "2"),
+    ("universal", None),
+    ("1,2,2,1", None),
+]
+SCOPES = ["all", "attn", "ffn"]
+
+
+def sharing_flags(strategy, m, scope, layers=4):
+    flags = ["--encoder-layers", str(layers), "--decoder-layers", str(layers)]
+    for stack in ("encoder", "decoder"):
+        flags += [f"--{stack}-share-strategy", strategy, f"--{stack}-share-scope", scope]
+        if m is not None:
+            flags += [f"--{stack}-unique-layers", m]
+    return flags
+
+
+def tiny(strategy="cycle_rev", m="2", scope="all", extra=(), arch="shared_transformer", seed=1):
+    model, task = build_model(arch, TINY + sharing_flags(strategy, m, scope) + list(extra), seed=seed)
+    model.eval()
+    return model.double(), task
+
+
+def random_batch(task, bsz=3, src_len=7, tgt_len=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d = task.source_dictionary
+    src = torch.randint(d.nspecial, len(d), (bsz, src_len), generator=g)
+    src[:, -1] = d.eos()
+    src[0, :2] = d.pad()  # left padding, as fairseq batches sources
+    lengths = (src != d.pad()).sum(1)
+    prev = torch.randint(d.nspecial, len(d), (bsz, tgt_len), generator=g)
+    prev[:, 0] = d.eos()
+    return src, lengths, prev
+
+
+@pytest.mark.parametrize("strategy,m", STRATEGIES)
+@pytest.mark.parametrize("scope", SCOPES)
+def test_incremental_decoding_matches_full_forward(strategy, m, scope):
+    model, task = tiny(strategy, m, scope)
+    src, lengths, prev = random_batch(task)
+    with torch.no_grad():
+        full, _ = model(src, lengths, prev)
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        state = {}
+        steps = [
+            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0]
+            for t in range(prev.size(1))
+        ]
+    incremental = torch.cat(steps, dim=1)
+    assert incremental.shape == full.shape
+    # fairseq's attention softmax runs in float32 even for a float64 model: ~1e-7 noise;
+    # a wrong cache shows up as differences of order 1e-1.
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+    # one cache entry per attention object and position: 4 decoder layers x 2 attentions
+    assert len(state) == 8
+
+
+def _beam_search(model, task, src, lengths, use_cache):
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=8)
+    generator.model.has_incremental = use_cache  # False: recompute the whole prefix each step
+    with torch.no_grad():
+        return generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+
+
+@pytest.mark.parametrize("strategy,m", STRATEGIES)
+@pytest.mark.parametrize("scope", ["all", "attn"])
+def test_beam_search_with_cache_matches_recomputation(strategy, m, scope):
+    model, task = tiny(strategy, m, scope, seed=3)
+    src, lengths, _ = random_batch(task, bsz=4, seed=5)
+    cached = _beam_search(model, task, src, lengths, use_cache=True)
+    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
+    for hyps_a, hyps_b in zip(cached, recomputed):
+        assert len(hyps_a) == len(hyps_b) == 4
+        for a, b in zip(hyps_a, hyps_b):
+            assert torch.equal(a["tokens"], b["tokens"])
+            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+
+
+def test_reusing_one_layer_object_breaks_the_cache_check():
+    """The failure the tests above guard against: one layer object at two depths."""
+    model, task = tiny("none", None)
+    model.decoder.layers[2] = model.decoder.layers[1]
+    src, lengths, _ = random_batch(task, bsz=4, seed=5)
+    cached = _beam_search(model, task, src, lengths, use_cache=True)
+    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
+    differs = any(
+        not torch.equal(a["tokens"], b["tokens"]) or abs(float(a["score"] - b["score"])) > 1e-6
+        for ha, hb in zip(cached, recomputed)
+        for a, b in zip(ha, hb)
+    )
+    assert differs
+
+
+@pytest.mark.parametrize("strategy,m", STRATEGIES)
+@pytest.mark.parametrize("scope", SCOPES)
+def test_each_parameter_is_tied_only_to_its_same_named_parameter(strategy, m, scope):
+    model, _ = tiny(strategy, m, scope)
+    names_by_tensor = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if ".layers." in name:
+            stack, _, rest = name.partition(".layers.")
+            _, _, within_layer = rest.partition(".")
+            names_by_tensor.setdefault(id(p), set()).add((stack, within_layer))
+    for names in names_by_tensor.values():
+        assert len(names) == 1, names
+    # the authors' bug: encoder-attention q/k/v bias tied to self-attention bias
+    for layer in model.decoder.layers:
+        assert layer.encoder_attn.q_proj.bias is not model.decoder.layers[0].self_attn.q_proj.bias
+
+
+def test_tied_layers_keep_their_own_attention_objects():
+    model, _ = tiny("universal", None)
+    attn = [layer.self_attn for layer in model.decoder.layers]
+    assert len({id(a) for a in attn}) == len(attn)
+    assert len({id(a._incremental_state_id) for a in attn}) == len(attn)
+    assert all(a.q_proj.weight is attn[0].q_proj.weight for a in attn)
+
+
+def test_training_step_keeps_tied_parameters_tied():
+    model, task = tiny("cycle_rev", "2", "all")
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    src, lengths, prev = random_batch(task)
+    model(src, lengths, prev)[0].sum().backward()
+    opt.step()
+    for layer_a, layer_b in [(0, 3), (1, 2)]:
+        a, b = model.decoder.layers[layer_a], model.decoder.layers[layer_b]
+        assert torch.equal(a.fc1.weight, b.fc1.weight)
+        assert a.fc1.weight is b.fc1.weight
+
+
+@pytest.mark.parametrize(
+    "strategy,m,scope",
+    [(s, m, sc) for (s, m), sc in itertools.product(STRATEGIES, SCOPES)],
+)
+@pytest.mark.parametrize("share_all", [True, False])
+def test_unique_parameter_count_matches_closed_form(strategy, m, scope, share_all):
+    extra = ["--share-all-embeddings"] if share_all else []
+    model, task = tiny(strategy, m, scope, extra=extra)
+    counted = sum(p.numel() for p in model.parameters())
+    expected = model_params(
+        len(task.source_dictionary),
+        len(task.target_dictionary),
+        16,
+        24,
+        model.sharing["encoder"].assignment,
+        model.sharing["decoder"].assignment,
+        scope,
+        scope,
+        share_all_embeddings=share_all,
+    )
+    assert counted == expected
+
+
+def test_cycle_rev_12_over_6_has_exactly_the_parameters_of_vanilla_6():
+    flags = ["--share-all-embeddings"]
+    shared, _ = build_model("transformer_cycle_rev", flags)
+    vanilla, _ = build_model("transformer", flags)
+    assert len(shared.decoder.layers) == 12 and len(vanilla.decoder.layers) == 6
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(shared) == count(vanilla)
+
+
+def test_state_dict_stores_each_tied_tensor_once_and_round_trips_bit_exact():
+    model, _ = tiny("cycle_rev", "2", "all")
+    state = model.state_dict()
+    assert not set(model.tied_aliases) & set(state)
+    unique_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    unique_only = io.BytesIO()  # the same tensors, no names: the floor a file can reach
+    torch.save([p.detach() for p in model.parameters()] + list(model.buffers()), unique_only)
+    assert buffer.tell() < unique_only.tell() * 1.05
+    untied = io.BytesIO()
+    torch.save(tiny("none", None)[0].state_dict(), untied)
+    assert buffer.tell() < 0.8 * untied.tell()
+    # a tied tensor moved device-by-device (as fairseq's save path does) is still stored once
+    stored_bytes = sum(v.numel() * v.element_size() for v in state.values())
+    assert stored_bytes <= unique_bytes + 1024
+
+    fresh, _ = tiny("cycle_rev", "2", "all", seed=99)
+    assert not torch.equal(fresh.decoder.layers[0].fc1.weight, model.decoder.layers[0].fc1.weight)
+    buffer.seek(0)
+    fresh.load_state_dict(torch.load(buffer))
+    for (n1, p1), (n2, p2) in zip(
+        model.named_parameters(remove_duplicate=False), fresh.named_parameters(remove_duplicate=False)
+    ):
+        assert n1 == n2 and torch.equal(p1, p2)
+    assert fresh.decoder.layers[3].fc1.weight is fresh.decoder.layers[0].fc1.weight
+
+
+def test_loading_a_state_dict_whose_tied_copies_disagree_is_refused():
+    model, _ = tiny("cycle_rev", "2", "all")
+    untied, _ = tiny("none", None)
+    with pytest.raises(ValueError, match="different values for tied parameters"):
+        model.load_state_dict(untied.state_dict())
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--decoder-share-strategy", "cycle", "--decoder-unique-layers", "0"], "--decoder-unique-layers"),
+        (["--encoder-share-strategy", "spiral"], "--encoder-share-strategy: unknown strategy"),
+        (["--encoder-share-scope", "norms"], "allowed: all, attn, ffn"),
+        (["--decoder-share-strategy", "1,2,3"], "has 3 entries but the stack has 4 layers"),
+    ],
+)
+def test_bad_flags_fail_before_building(flags, needle):
+    base = ["--encoder-layers", "4", "--decoder-layers", "4"]
+    with pytest.raises(SharingConfigError, match=needle):
+        build_model("shared_transformer", TINY + base + flags)
+
+
+def test_architecture_defaults_follow_the_papers():
+    model, _ = build_model("transformer_cycle_rev_iwslt_de_en", TINY)
+    assert isinstance(model, SharedTransformerModel)
+    assert model.sharing["encoder"].assignment == [0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0]
+    attn, _ = build_model("transformer_attn_shared", TINY)
+    layers = attn.encoder.layers
+    assert layers[5].self_attn.k_proj.weight is layers[0].self_attn.k_proj.weight
+    assert layers[5].fc1.weight is not layers[0].fc1.weight
+    override, _ = build_model(
+        "transformer_sequence", TINY + ["--decoder-layers", "6", "--decoder-unique-layers", "3"]
+    )
+    assert override.sharing["decoder"].assignment == [0, 0, 1, 1, 2, 2]
