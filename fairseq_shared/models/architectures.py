@@ -14,6 +14,8 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_wmt_en_de_big,
 )
 
+from fairseq_shared.modules.san import san_base_defaults, san_paper_defaults
+
 MODEL = "shared_transformer"
 M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
 
@@ -27,6 +29,9 @@ FAMILIES = {
     "transformer_attn_shared": dict(
         layers=6, strategy="universal", unique_layers=None, scope="attn"
     ),
+    # Xiao et al. 2019 attention-weight sharing (SAN), no parameter sharing by default;
+    # default policies: self {1},{2..N}, cross pairs (the paper's 6-layer policy).
+    "transformer_san": dict(layers=6, strategy="none", unique_layers=None, scope="all", san=True),
 }
 
 SIZES = {
@@ -49,6 +54,7 @@ def shared_base_architecture(args):
         set_default(args, f"{stack}_share_scope", "all")
         if not hasattr(args, f"{stack}_unique_layers"):
             setattr(args, f"{stack}_unique_layers", None)
+    san_base_defaults(args)
     base_architecture(args)
 
 
@@ -70,6 +76,8 @@ def _make_architecture(family, sharing, size_fn):
             ):
                 set_default(args, f"{stack}_unique_layers", sharing["unique_layers"])
         size_fn(args)
+        if sharing.get("san"):
+            san_paper_defaults(args)
         shared_base_architecture(args)
 
     architecture.__name__ = family

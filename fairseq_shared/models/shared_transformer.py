@@ -11,8 +11,14 @@ from typing import Dict, List, Optional
 
 import torch
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import TransformerConfig, TransformerModel
 
+from fairseq_shared.modules.san import (
+    SANTransformerDecoder,
+    SANTransformerEncoder,
+    add_san_args,
+    san_config_from_args,
+)
 from fairseq_shared.modules.tying import tie_layers, unique_parameter_count
 from fairseq_shared.sharing import (
     SCOPES,
@@ -99,6 +105,7 @@ class SharedTransformerModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_sharing_args(parser)
+        add_san_args(parser)  # attention-weight sharing (fairseq_shared/modules/san.py)
 
     @classmethod
     def build_model(cls, args, task):
@@ -106,9 +113,30 @@ class SharedTransformerModel(TransformerModel):
 
         shared_base_architecture(args)
         plan = sharing_plan(args)  # fail on bad flags before building anything
+        san = san_config_from_args(args)  # likewise for the SAN policies
         model = super().build_model(args, task)
+        model.configure_san(san)  # before tying: followers drop unused modules first
         model.apply_sharing(plan)
         return model
+
+    # ---- attention-weight sharing (SAN) ---------------------------------------------
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return SANTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return SANTransformerDecoder(
+            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
+        )
+
+    def configure_san(self, san) -> None:
+        self.san = san
+        self.encoder.configure_san(san.encoder_policy)
+        self.decoder.configure_san(san.self_policy, san.cross_policy, san.cross_reuse)
+        if san.active:
+            logger.info(f"SAN: {self.decoder.describe_san()}")
 
     def apply_sharing(self, plan: Dict[str, StackSharing]) -> None:
         for stack, sharing in plan.items():
