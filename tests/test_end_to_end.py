@@ -107,6 +107,17 @@ def test_train_resume_generate(data_bin, tmp_path):
     assert len(hypotheses) == 13
     assert "BLEU" in out
 
+    # fairseq-interactive reads the same checkpoint
+    result = subprocess.run(
+        [str(BIN / "fairseq-interactive"), data_bin, "--user-dir", USER_DIR, "--path", ckpt,
+         "--beam", "4", "--cpu", "--source-lang", "src", "--target-lang", "tgt"],
+        input="w1 w2 w3\nw4 w5\n", env=ENV, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [line.split("\t")[0] for line in result.stdout.splitlines() if line.startswith("H-")] == [
+        "H-0", "H-1"
+    ]
+
 
 def test_invalid_flag_stops_fairseq_train_with_a_clear_error(data_bin, tmp_path):
     result = subprocess.run(
