@@ -1,0 +1,390 @@
+"""SAN (attention-weight sharing between adjacent layers): maths, caches, beam search,
+parameters, flag validation, policy conversion."""
+
+import copy
+
+import pytest
+import torch
+from fairseq.models.transformer import TransformerModel
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_shared.cli.convert_policy import convert_model
+from fairseq_shared.modules.san import FollowerSelfAttention
+from fairseq_shared.policy import PolicyError
+from helpers_model import TINY, build_model
+
+torch.set_num_threads(1)
+
+LAYERS = ["--encoder-layers", "2", "--decoder-layers", "6"]
+CYCLE_REV = [
+    "--decoder-share-strategy", "cycle_rev", "--decoder-unique-layers", "3",
+    "--encoder-share-strategy", "cycle_rev", "--encoder-unique-layers", "1",
+]
+# (self policy, cross policy, cross reuse)
+POLICIES = [
+    ("1,5", "2,2,2", "output"),
+    ("1,5", "2,2,2", "context"),
+    ("6", "6", "output"),
+    ("2,1,3", "1,1,1,1,2", "context"),
+    ("1,1,1,1,1,1", "3,3", "output"),
+]
+
+
+def san_flags(self_p, cross_p, reuse, extra=()):
+    return LAYERS + [
+        "--san-self-policy", self_p, "--san-cross-policy", cross_p, "--san-cross-reuse", reuse,
+        *extra,
+    ]
+
+
+def tiny(flags=(), arch="shared_transformer", seed=1, double=True):
+    model, task = build_model(arch, TINY + list(flags), seed=seed)
+    model.eval()
+    return (model.double() if double else model), task
+
+
+def random_batch(task, bsz=3, src_len=7, tgt_len=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d = task.source_dictionary
+    src = torch.randint(d.nspecial, len(d), (bsz, src_len), generator=g)
+    src[:, -1] = d.eos()
+    src[0, :2] = d.pad()
+    lengths = (src != d.pad()).sum(1)
+    prev = torch.randint(d.nspecial, len(d), (bsz, tgt_len), generator=g)
+    prev[:, 0] = d.eos()
+    prev[1, -2:] = d.pad()  # right padding in the target, as fairseq batches targets
+    return src, lengths, prev
+
+
+def incremental_vs_full(model, task):
+    src, lengths, prev = random_batch(task)
+    with torch.no_grad():
+        full, _ = model(src, lengths, prev)
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        state = {}
+        steps = [
+            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0]
+            for t in range(prev.size(1))
+        ]
+    # right-padded target positions are ignored by the loss, and fairseq's stock decoder
+    # itself differs there between the two modes; compare the real positions
+    keep = prev.ne(task.target_dictionary.pad())
+    return torch.cat(steps, dim=1)[keep], full[keep], state
+
+
+# ---- the default is fairseq's decoder ---------------------------------------------------
+
+
+def test_without_san_flags_outputs_equal_fairseq_transformer():
+    model, task = tiny(LAYERS)
+    stock, _ = build_model("transformer", TINY + LAYERS, seed=7)
+    assert type(stock) is TransformerModel
+    stock.load_state_dict(model.state_dict())
+    stock.eval().double()
+    src, lengths, prev = random_batch(task)
+    with torch.no_grad():
+        a, ea = model(src, lengths, prev)
+        b, eb = stock(src, lengths, prev)
+    assert torch.equal(a, b)
+    assert torch.equal(ea["attn"][0], eb["attn"][0])
+    assert not model.decoder.san_active
+
+
+# ---- the maths ----------------------------------------------------------------------------
+
+
+def test_follower_self_attention_is_leader_weights_times_own_values():
+    model, task = tiny(san_flags("1,5", "1,1,1,1,1,1", "output"))
+    src, lengths, prev = random_batch(task)
+    layers = model.decoder.layers
+    seen = {}
+    hooks = [
+        layers[1].self_attn.register_forward_hook(
+            lambda m, a, kw, out: seen.__setitem__("leader_w", out[1]), with_kwargs=True
+        ),
+        layers[3].self_attn.register_forward_pre_hook(
+            lambda m, a: seen.__setitem__("x3", a[0])
+        ),
+        layers[3].self_attn.register_forward_hook(lambda m, a, out: seen.__setitem__("y3", out)),
+    ]
+    with torch.no_grad():
+        model(src, lengths, prev)
+    for h in hooks:
+        h.remove()
+    w = seen["leader_w"]  # (H, B, T, T) post-softmax weights of layer 2 (the leader)
+    assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)))
+    attn3 = layers[3].self_attn
+    x = seen["x3"]
+    T, B, C = x.shape
+    H = attn3.num_heads
+    v = attn3.v_proj(x).view(T, B, H, C // H)  # T B H d
+    ctx = torch.einsum("hbts,sbhd->tbhd", w.to(v), v).reshape(T, B, C)
+    torch.testing.assert_close(seen["y3"], attn3.out_proj(ctx), rtol=0, atol=1e-6)
+    # follower's own projections: no Q/K
+    assert not hasattr(attn3, "q_proj") and not hasattr(attn3, "k_proj")
+
+
+@pytest.mark.parametrize("reuse", ["output", "context"])
+def test_cross_follower_reuses_leader_output(reuse):
+    model, task = tiny(san_flags("1,1,1,1,1,1", "2,2,2", reuse))
+    src, lengths, prev = random_batch(task)
+    layers = model.decoder.layers
+    seen = {}
+    h = layers[2].encoder_attn.register_forward_hook(lambda m, a, kw, out: seen.__setitem__("y2", out[0]), with_kwargs=True)
+    h2 = layers[2].encoder_attn.out_proj.register_forward_pre_hook(lambda m, a: seen.__setitem__("ctx2", a[0]))
+    h3 = layers[3].register_forward_hook(lambda m, a, kw, out: seen.__setitem__("out3", out[0]), with_kwargs=True)
+    h4 = layers[3].register_forward_pre_hook(lambda m, a, kw: seen.__setitem__("in3", a[0]), with_kwargs=True)
+    with torch.no_grad():
+        model(src, lengths, prev)
+    for hk in (h, h2, h3, h4):
+        hk.remove()
+    follower = layers[3]
+    if reuse == "output":
+        assert follower.encoder_attn is None
+        y = seen["y2"]
+    else:
+        assert [n for n, _ in follower.encoder_attn.named_parameters()] == ["out_proj.weight", "out_proj.bias"]
+        y = follower.encoder_attn.out_proj(seen["ctx2"])
+    # recompute layer 4 (post-norm) by hand from its input and the reused attention
+    x = seen["in3"]
+    T = x.size(0)
+    mask = torch.triu(torch.full((T, T), float("-inf"), dtype=x.dtype), 1)
+    pad = prev.eq(task.target_dictionary.pad())
+    # its self-attention is its own (self policy all ones)
+    sa, _ = follower.self_attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+    x = follower.self_attn_layer_norm(x + sa)
+    x = follower.encoder_attn_layer_norm(x + y)
+    x = follower.final_layer_norm(x + follower.fc2(torch.relu(follower.fc1(x))))
+    torch.testing.assert_close(seen["out3"], x, rtol=0, atol=1e-6)
+
+
+# ---- caches: incremental == full, beam search with cache == recomputation ----------------
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["no-param-sharing", "cycle_rev"])
+@pytest.mark.parametrize("self_p,cross_p,reuse", POLICIES)
+def test_incremental_decoding_matches_full_forward(self_p, cross_p, reuse, share):
+    model, task = tiny(san_flags(self_p, cross_p, reuse, CYCLE_REV if share else ()))
+    incremental, full, state = incremental_vs_full(model, task)
+    assert incremental.shape == full.shape
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+    # followers cache values only (self) or nothing (cross)
+    for layer in model.decoder.layers:
+        self_buf = layer.self_attn._get_input_buffer(state)
+        if layer.self_follower:
+            assert set(self_buf) == {"prev_value"}
+        else:
+            assert {"prev_key", "prev_value"} <= set(self_buf)
+        if not layer.cross_follower:
+            assert "prev_key" in layer.encoder_attn._get_input_buffer(state)
+    expected_entries = sum(1 + (not l.cross_follower) for l in model.decoder.layers)
+    assert len(state) == expected_entries
+
+
+def test_pre_norm_and_encoder_policy_incremental_matches_full():
+    flags = san_flags("1,2,3", "2,2,2", "context", [
+        "--encoder-normalize-before", "--decoder-normalize-before",
+        "--encoder-layers", "3", "--san-encoder-policy", "1,2",
+    ])
+    model, task = tiny(flags)
+    assert model.decoder.layers[1].encoder_attn_layer_norm is None  # pre-norm follower
+    assert not hasattr(model.encoder.layers[2].self_attn, "q_proj")
+    incremental, full, _ = incremental_vs_full(model, task)
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+
+
+def _beam_search(model, task, src, lengths, use_cache, beam=4):
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=8)
+    generator.model.has_incremental = use_cache  # False: recompute the whole prefix each step
+    with torch.no_grad():
+        return generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["no-param-sharing", "cycle_rev"])
+@pytest.mark.parametrize("self_p,cross_p,reuse", POLICIES[:4])
+def test_beam_search_with_cache_matches_recomputation(self_p, cross_p, reuse, share):
+    model, task = tiny(san_flags(self_p, cross_p, reuse, CYCLE_REV if share else ()), seed=3)
+    src, lengths, _ = random_batch(task, bsz=4, seed=5)
+    cached = _beam_search(model, task, src, lengths, use_cache=True)
+    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
+    for hyps_a, hyps_b in zip(cached, recomputed):
+        assert len(hyps_a) == len(hyps_b) == 4
+        for a, b in zip(hyps_a, hyps_b):
+            assert torch.equal(a["tokens"], b["tokens"])
+            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+            assert a["attention"] is not None  # followers return their leader's alignment
+
+
+def test_unreordered_value_cache_would_break_beam_search():
+    """The check above can fail: reorder the followers' value caches wrongly."""
+    model, task = tiny(san_flags("1,5", "2,2,2", "output"), seed=3)
+    for layer in model.decoder.layers:
+        if layer.self_follower:
+            right = layer.self_attn.reorder_incremental_state
+            layer.self_attn.reorder_incremental_state = (
+                lambda state, order, right=right: right(state, order.flip(0))
+            )
+    src, lengths, _ = random_batch(task, bsz=4, seed=5)
+    cached = _beam_search(model, task, src, lengths, use_cache=True)
+    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
+    assert any(
+        not torch.equal(a["tokens"], b["tokens"]) or abs(float(a["score"] - b["score"])) > 1e-6
+        for ha, hb in zip(cached, recomputed)
+        for a, b in zip(ha, hb)
+    )
+
+
+# ---- parameters ---------------------------------------------------------------------------
+
+
+def _layer_param_names(model, i):
+    return {n for n, _ in model.decoder.layers[i].named_parameters()}
+
+
+def test_followers_hold_no_dead_parameters():
+    vanilla, _ = tiny(LAYERS)
+    for reuse in ("output", "context"):
+        model, _ = tiny(san_flags("1,5", "2,2,2", reuse))
+        state = model.state_dict()
+        for i in range(6):
+            names = _layer_param_names(model, i)
+            self_follower = i >= 2
+            cross_follower = i % 2 == 1
+            assert ("self_attn.q_proj.weight" in names) is not self_follower
+            assert ("self_attn.k_proj.bias" in names) is not self_follower
+            assert "self_attn.v_proj.weight" in names
+            for p in ("q_proj", "k_proj", "v_proj"):
+                assert (f"encoder_attn.{p}.weight" in names) is not cross_follower
+            assert ("encoder_attn.out_proj.weight" in names) is (not cross_follower or reuse == "context")
+            for n in names:
+                assert f"decoder.layers.{i}.{n}" in state
+        assert not any(
+            (".self_attn.q_proj" in k and int(k.split(".")[2]) >= 2) for k in state
+        )
+        d, h = 16, 16 * 16 + 16  # one d x d projection with bias
+        saved = 4 * 2 * h + 3 * (3 + (reuse == "output")) * h
+        vn = sum(p.numel() for p in vanilla.parameters())
+        assert vn - sum(p.numel() for p in model.parameters()) == saved
+
+
+def test_composes_with_cycle_rev_tying_by_name():
+    model, _ = tiny(san_flags("1,5", "2,2,2", "output", CYCLE_REV))
+    layers = model.decoder.layers
+    # cycle_rev 6 layers / 3 sets: 1 2 3 3 2 1 -> layer 6 ties to layer 1, 5 to 2, 4 to 3
+    assert layers[5].self_attn.v_proj.weight is layers[0].self_attn.v_proj.weight
+    assert layers[4].fc1.weight is layers[1].fc1.weight
+    # layer 2 (leader) owns Q/K; its set partner layer 5 is a follower without them
+    assert not hasattr(layers[4].self_attn, "q_proj")
+    # layer 4 (follower, set 3) and layer 3 (leader, set 3) share V but only 3 has Q
+    assert layers[3].self_attn.v_proj.weight is layers[2].self_attn.v_proj.weight
+    # every tied tensor is tied to the same name only
+    by_tensor = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if ".layers." in name:
+            by_tensor.setdefault(id(p), set()).add(name.split(".", 3)[3])
+    assert all(len(v) == 1 for v in by_tensor.values())
+    # state dict round trip through a fresh model
+    fresh, _ = tiny(san_flags("1,5", "2,2,2", "output", CYCLE_REV), seed=9)
+    fresh.load_state_dict(model.state_dict())
+    for (n, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), n
+
+
+def test_training_step_reaches_leader_qk_through_followers():
+    model, task = tiny(san_flags("1,5", "2,2,2", "output"), double=False)
+    model.train()
+    src, lengths, prev = random_batch(task)
+    out, _ = model(src, lengths, prev)
+    # loss only through the last layer's path still reaches leader 2's Q/K
+    out.sum().backward()
+    assert model.decoder.layers[1].self_attn.q_proj.weight.grad.abs().sum() > 0
+    assert model.decoder.layers[4].encoder_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+# ---- flags ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--san-self-policy", "1,4"], "--san-self-policy"),
+        (["--san-cross-policy", "2,0,4"], "--san-cross-policy"),
+        (["--san-cross-policy=-1,7"], "--san-cross-policy"),
+        (["--san-encoder-policy", "1,1,1"], "--san-encoder-policy"),
+        (["--san-cross-policy", "2,2,2", "--no-cross-attention"], "no encoder-decoder attention"),
+    ],
+)
+def test_bad_policies_stop_with_a_clear_error(flags, needle):
+    with pytest.raises(PolicyError) as e:
+        tiny(LAYERS + flags)
+    assert needle in str(e.value) and "allowed" in str(e.value)
+
+
+def test_bad_cross_reuse_value_is_refused_by_the_parser():
+    with pytest.raises(SystemExit):
+        tiny(LAYERS + ["--san-cross-reuse", "before"])
+
+
+def test_transformer_san_architecture_defaults():
+    model, _ = tiny(LAYERS, arch="transformer_san")
+    assert model.decoder.san_self_policy == [1, 5]
+    assert model.decoder.san_cross_policy == [2, 2, 2]
+    assert model.decoder.san_cross_reuse == "output"
+    m2, _ = tiny(["--decoder-layers", "3", "--encoder-layers", "1"], arch="transformer_san_iwslt_de_en")
+    assert m2.decoder.san_self_policy == [1, 2] and m2.decoder.san_cross_policy == [2, 1]
+
+
+# ---- changing the policy of a trained model ------------------------------------------------
+
+
+def test_loading_a_checkpoint_of_another_policy_asks_for_conversion():
+    vanilla, _ = tiny(LAYERS)
+    san, _ = tiny(san_flags("1,5", "2,2,2", "output"))
+    with pytest.raises(ValueError, match="convert_policy"):
+        san.load_state_dict(vanilla.state_dict())
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["no-param-sharing", "cycle_rev"])
+def test_convert_policy_round_trip(share):
+    extra = CYCLE_REV if share else ()
+    vanilla, task = tiny(LAYERS + list(extra), seed=2)
+    san, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=5)
+    convert_model(vanilla, san)  # vanilla -> SAN: drops Q/K of followers
+    for i in range(2, 6):
+        assert torch.equal(san.decoder.layers[i].self_attn.v_proj.weight,
+                           vanilla.decoder.layers[i].self_attn.v_proj.weight)
+    # a layer that stays a leader keeps its own weights, so its output is unchanged
+    assert torch.equal(san.decoder.layers[1].self_attn.q_proj.weight,
+                       vanilla.decoder.layers[1].self_attn.q_proj.weight)
+    other, _ = tiny(san_flags("2,4", "3,3", "output", extra), seed=6)
+    convert_model(san, other)  # followers that become leaders copy their old leader's Q/K
+    assert torch.equal(other.decoder.layers[2].self_attn.q_proj.weight,
+                       san.decoder.layers[1].self_attn.q_proj.weight)
+    back, _ = tiny(LAYERS + list(extra), seed=8)
+    convert_model(san, back)
+    incremental, full, _ = incremental_vs_full(back, task)
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+    # unchanged policy: identical outputs
+    same, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=11)
+    convert_model(san, same)
+    src, lengths, prev = random_batch(task)
+    with torch.no_grad():
+        assert torch.equal(same(src, lengths, prev)[0], san(src, lengths, prev)[0])
+
+
+def test_collect_attention_records_every_layer():
+    model, task = tiny(san_flags("1,5", "2,2,2", "output"))
+    src, lengths, prev = random_batch(task)
+    model.decoder.set_collect_attention(True)
+    with torch.no_grad():
+        _, extra = model(src, lengths, prev)
+    model.decoder.set_collect_attention(False)
+    selfs, crosses = extra["san_self_attn"], extra["san_cross_attn"]
+    assert len(selfs) == len(crosses) == 6
+    assert selfs[0].shape == (2, 3, 6, 6) and crosses[0].shape == (2, 3, 6, 7)
+    assert torch.equal(selfs[2], selfs[1]) and not torch.equal(selfs[0], selfs[1])
+    assert torch.equal(crosses[1], crosses[0]) and not torch.equal(crosses[2], crosses[0])
+    # collecting does not change the outputs
+    with torch.no_grad():
+        again, _ = model(src, lengths, prev)
+    torch.testing.assert_close(again, model(src, lengths, prev)[0])
