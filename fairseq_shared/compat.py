@@ -1,1 +1,260 @@
-"""Compatibility fixes for fairseq 0.12 on modern PyTorch/NumPy. Kept as narrow as possible."""
+"""Compatibility fixes for fairseq 0.12 on modern PyTorch/NumPy. Kept as narrow as possible.
+
+This module runs when fairseq imports ``--user-dir fairseq_shared`` (``fairseq-train``,
+``fairseq-generate``, ``fairseq-interactive`` ...) and on ``import fairseq_shared``.
+Every fix is applied once, is idempotent, and is named for what it fixes:
+
+1. :func:`allow_fairseq_checkpoint_globals` -- PyTorch >= 2.6 loads with
+   ``weights_only=True``; fairseq 0.12 checkpoints pickle an ``argparse.Namespace`` (legacy
+   model config) and, with ``--eval-bleu``, int64 numpy arrays in the metrics state. We
+   register exactly those types (:func:`fairseq_checkpoint_safe_globals`) with
+   :func:`torch.serialization.add_safe_globals`. Safe loading stays on: a pickle that
+   refers to any other global (``os.system``, ``builtins.eval``, ...) is still refused.
+
+2. :func:`patch_cpu_distributed_training` -- fairseq's launcher assumes CUDA. Under
+   ``torchrun ... --cpu --distributed-backend gloo --distributed-world-size N`` it divides by
+   ``torch.cuda.device_count()`` (``_infer_torch_distributed_launch_init``); without torchrun
+   it sizes its process pool with ``min(torch.cuda.device_count(), world_size)``, i.e. zero
+   processes on a CPU machine; and it always hands ``DistributedDataParallel`` a CUDA
+   ``device_ids``, which PyTorch rejects for a CPU module. We fix the CPU path only; GPU
+   runs go through fairseq's code unchanged.
+
+3. :func:`allow_distributed_checkpoint_broadcast` -- when distributed training resumes,
+   rank 0 loads the checkpoint and broadcasts it with ``torch.save``/``torch.load``; by then
+   its config is an omegaconf ``DictConfig``. Those omegaconf types are allowed for that
+   broadcast only (a scoped ``torch.serialization.safe_globals``), not for files.
+"""
+
+import argparse
+import logging
+import os
+import random
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------
+# 1. Safe (weights_only) checkpoint loading
+# ---------------------------------------------------------------------------------------
+
+def fairseq_checkpoint_safe_globals() -> list:
+    """The only globals a fairseq 0.12 checkpoint pickles beyond ``weights_only``'s defaults.
+
+    Found empirically with ``torch.serialization.get_unsafe_globals_in_checkpoint`` on
+    checkpoints written by ``fairseq-train`` (legacy ``--arch`` model; with and without
+    ``--eval-bleu``, ``--store-ema``, ``--best-checkpoint-metric bleu``,
+    ``--keep-best-checkpoints``, ``--save-interval-updates``) and by ``fairseq-hydra-train``:
+
+    * ``argparse.Namespace`` -- a legacy (``--arch``) model's config, ``cfg["model"]``.
+    * ``numpy.ndarray``, ``numpy.dtype``, ``numpy.dtypes.Int64DType`` and the array
+      reconstructor ``numpy._core.multiarray._reconstruct`` -- with ``--eval-bleu`` the
+      translation task logs its BLEU n-gram counts/totals as int64 arrays, and the metrics
+      state (``extra_state["metrics"]``) is saved in every checkpoint.
+
+    Everything else is dict/list/tuple/str/number/None, ``collections.OrderedDict`` and
+    tensors, which ``weights_only`` allows anyway (the trainer stores the rest of the
+    config as plain containers with enums as strings). A numpy 1.x checkpoint names the
+    reconstructor ``numpy.core.multiarray._reconstruct``; that is the same function, so it
+    is allowed under that name too.
+    """
+    import numpy as np
+
+    reconstruct = np._core.multiarray._reconstruct if hasattr(np, "_core") else (
+        np.core.multiarray._reconstruct
+    )
+    allowed = [argparse.Namespace, np.ndarray, np.dtype, reconstruct]
+    allowed.append((reconstruct, "numpy.core.multiarray._reconstruct"))
+    if hasattr(np, "dtypes"):  # numpy >= 1.25 pickles dtypes as instances of these classes
+        allowed.append(np.dtypes.Int64DType)
+    return allowed
+
+
+def allow_fairseq_checkpoint_globals() -> bool:
+    """Allow ``torch.load`` (``weights_only=True``) to load fairseq checkpoints.
+
+    Returns False (and does nothing) on a PyTorch without ``add_safe_globals`` (< 2.4),
+    where ``torch.load`` does not default to safe loading anyway.
+    """
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is None:
+        return False
+    add_safe_globals(fairseq_checkpoint_safe_globals())
+    return True
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Distributed training on CPU
+# ---------------------------------------------------------------------------------------
+
+_TORCHRUN_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
+
+
+def _no_cuda() -> bool:
+    return torch.cuda.device_count() == 0
+
+
+def _check_cpu_backend(dist_cfg) -> None:
+    if dist_cfg.distributed_backend == "nccl":
+        raise ValueError(
+            "distributed training on CPU needs --distributed-backend gloo (got "
+            f"--distributed-backend {dist_cfg.distributed_backend!r}; NCCL needs CUDA devices)"
+        )
+
+
+def patch_cpu_distributed_training() -> None:
+    """Make fairseq's ``call_main`` and torchrun init work without CUDA devices."""
+    from fairseq.distributed import utils as dist_utils
+
+    if getattr(dist_utils, "_fairseq_shared_cpu_patch", False):
+        return
+    original_launch_init = dist_utils._infer_torch_distributed_launch_init
+    original_call_main = dist_utils.call_main
+
+    def _infer_torch_distributed_launch_init(cfg):
+        """torchrun/torch.distributed.launch: stock code does ``rank % cuda.device_count()``."""
+        if not _no_cuda():
+            return original_launch_init(cfg)
+        _check_cpu_backend(cfg)
+        cfg.distributed_init_method = "env://"
+        cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+        cfg.distributed_rank = int(os.environ["RANK"])
+        cfg.device_id = 0  # no CUDA device to pick (fairseq calls cuda.set_device if > 0)
+        cfg.distributed_no_spawn = True  # processes are created by torchrun
+
+    def call_main(cfg, main, **kwargs):
+        """CPU, world size > 1, no launcher: spawn the workers ourselves (gloo).
+
+        Stock fairseq spawns ``min(torch.cuda.device_count(), world_size)`` = 0 processes on
+        a CPU machine. Every other case (GPUs, torchrun, SLURM, an explicit init method, TPU,
+        a single process) is left to fairseq.
+        """
+        dist_cfg = cfg.distributed_training
+        cpu = bool(cfg.common.cpu) or _no_cuda()
+        if (
+            not cpu
+            or cfg.common.tpu
+            or dist_cfg.distributed_world_size <= 1
+            or all(k in os.environ for k in _TORCHRUN_ENV)
+        ):
+            return original_call_main(cfg, main, **kwargs)
+        if dist_cfg.pipeline_model_parallel:
+            raise ValueError("pipeline model parallelism needs CUDA devices")
+        slurm = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+        if dist_cfg.distributed_init_method is not None or slurm:
+            if not dist_cfg.distributed_no_spawn:
+                raise ValueError(
+                    "on CPU, multi-node or SLURM distributed training needs one process per "
+                    "worker: launch with torchrun (--distributed-backend gloo) or pass "
+                    "--distributed-no-spawn with --distributed-init-method and "
+                    "--distributed-rank"
+                )
+            _check_cpu_backend(dist_cfg)
+            return original_call_main(cfg, main, **kwargs)
+        _check_cpu_backend(dist_cfg)
+        world_size = dist_cfg.distributed_world_size
+        port = dist_cfg.distributed_port
+        if port <= 0:
+            port = random.randint(10000, 60000)
+        dist_cfg.distributed_init_method = f"tcp://localhost:{port}"
+        start_rank = dist_cfg.distributed_rank
+        dist_cfg.distributed_rank = None  # assigned per spawned process
+        kwargs["start_rank"] = start_rank
+        logger.info(f"spawning {world_size} CPU worker processes ({dist_cfg.distributed_backend})")
+        torch.multiprocessing.spawn(
+            fn=dist_utils.distributed_main,
+            args=(main, cfg, kwargs),
+            nprocs=world_size,
+            join=True,
+        )
+
+    dist_utils._infer_torch_distributed_launch_init = _infer_torch_distributed_launch_init
+    dist_utils.call_main = call_main
+    _patch_cpu_ddp_device_ids()
+    dist_utils._fairseq_shared_cpu_patch = True
+
+
+def _patch_cpu_ddp_device_ids() -> None:
+    """``--ddp-backend pytorch_ddp`` (the default) on CPU.
+
+    fairseq's ``DistributedFairseqModel`` always passes ``device_ids=[device_id]``, which
+    PyTorch's ``DistributedDataParallel`` rejects for a module on CPU ("device_ids ... only
+    work with single-device/multiple-device GPU modules or CPU modules"). For CPU modules we
+    pass ``device_ids=None, output_device=None``, as PyTorch requires; GPU modules are
+    untouched. Only fairseq's wrapper module sees the subclass.
+    """
+    from fairseq.models import distributed_fairseq_model as dfm
+
+    base = dfm.DistributedDataParallel
+
+    class CPUAwareDistributedDataParallel(base):
+        def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+            if all(p.device.type == "cpu" for p in module.parameters()):
+                device_ids = output_device = None
+            super().__init__(module, device_ids, output_device, *args, **kwargs)
+
+    dfm.DistributedDataParallel = CPUAwareDistributedDataParallel
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Resuming distributed training: rank 0 broadcasts the loaded checkpoint
+# ---------------------------------------------------------------------------------------
+
+
+def distributed_broadcast_safe_globals() -> list:
+    """Globals in the pickle that ``fairseq.distributed.utils.broadcast_object`` sends.
+
+    ``Trainer.load_checkpoint`` broadcasts the state returned by
+    ``checkpoint_utils.load_checkpoint_to_cpu``, whose ``cfg`` it has turned into an
+    omegaconf ``DictConfig`` (plain values become ``AnyNode``s; ``Metadata`` records
+    ``typing.Any`` and the ``dict``/``list``/``int`` container types, and flags in a
+    ``defaultdict``); tensors travel separately, replaced by ``_TensorPlaceholder``s.
+    Found with ``torch.serialization.get_unsafe_globals_in_checkpoint`` on that pickle.
+    """
+    import collections
+    import typing
+
+    from fairseq.distributed.utils import _TensorPlaceholder
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+    from omegaconf.nodes import AnyNode
+
+    return [
+        _TensorPlaceholder,
+        DictConfig,
+        ListConfig,
+        ContainerMetadata,
+        Metadata,
+        AnyNode,
+        (typing.Any, "typing.Any"),
+        collections.defaultdict,
+        dict,
+        list,
+        int,
+    ]
+
+
+def allow_distributed_checkpoint_broadcast() -> None:
+    """Let ranks > 0 unpickle the broadcast checkpoint state, with safe loading kept on.
+
+    The extra globals are allowed only while ``_broadcast_object_slow`` runs (scoped
+    ``torch.serialization.safe_globals``), never for ``torch.load`` of files.
+    """
+    from fairseq.distributed import utils as dist_utils
+
+    safe_globals = getattr(torch.serialization, "safe_globals", None)
+    if safe_globals is None or getattr(dist_utils, "_fairseq_shared_broadcast_patch", False):
+        return
+    original = dist_utils._broadcast_object_slow
+
+    def _broadcast_object_slow(*args, **kwargs):
+        with safe_globals(distributed_broadcast_safe_globals()):
+            return original(*args, **kwargs)
+
+    dist_utils._broadcast_object_slow = _broadcast_object_slow
+    dist_utils._fairseq_shared_broadcast_patch = True
+
+
+allow_fairseq_checkpoint_globals()
+patch_cpu_distributed_training()
+allow_distributed_checkpoint_broadcast()
