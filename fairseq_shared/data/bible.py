@@ -1,0 +1,349 @@
+"""Offline Spanish->English corpus: Reina-Valera 1909 (``spaRV1909eb``) and the World English
+Bible (``engWEB2015eb``), the SWORD modules of the Debian packages sword-text-sparv and
+sword-text-web.
+
+    python -m fairseq_shared.data.bible --out work/bible [--vocab-size 8000]
+                                        [--test-book Matt --valid-book Mark]
+
+Stages (each restartable, see ``pipeline.Stages``):
+
+1. ``extract``  read both modules with pysword (raw OSIS), clean each verse (``osis.py``), pair
+   verses on book/chapter/verse, drop empty or one-sided verses and pairs the length-based
+   alignment check rejects (``align.py``; versification differences), -> ``corpus.tsv``
+   (book, chapter, verse, es, en).
+2. ``split``    held-out books: every verse of the test book(s) -> test, of the valid book(s)
+   -> valid, the rest -> train -> ``raw/{train,valid,test}.{es,en}`` (+ ``.ids``).
+3. ``spm``      joint sentencepiece (unigram, ``--vocab-size``) on the train side only -> ``spm.model``.
+4. ``encode``   -> ``spm/{train,valid,test}.{es,en}``.
+5. ``binarize`` ``fairseq-preprocess --joined-dictionary --workers 1`` -> ``bin/`` (src es, tgt en).
+
+Then ``stats.json`` and ``README.md`` describe the splits.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from fairseq_shared.data import pipeline
+from fairseq_shared.data.align import align_11
+from fairseq_shared.data.osis import osis_to_text, recase_chapter_opening
+from fairseq_shared.data.pipeline import log
+
+SWORD_PATH = os.environ.get("SWORD_PATH", "/usr/share/sword")
+SRC_MODULE, TGT_MODULE = "spaRV1909eb", "engWEB2015eb"
+SRC, TGT = "es", "en"
+DEBIAN_PACKAGES = {SRC_MODULE: "sword-text-sparv", TGT_MODULE: "sword-text-web"}
+INSTALL_HINT = "apt-get install sword-text-sparv sword-text-web"
+# RV1909 numbers Job 38:39-41:34 the Spanish way inside a KJV frame: no verse number of these
+# chapters pairs reliably (the alignment check alone lets a few chance matches through).
+EXCLUDED_CHAPTERS = {("Job", 39), ("Job", 40), ("Job", 41)}
+SPLITS = ("train", "valid", "test")
+
+
+class MissingModulesError(RuntimeError):
+    pass
+
+
+def check_modules(sword_path=SWORD_PATH, modules=(SRC_MODULE, TGT_MODULE)):
+    """Raise MissingModulesError naming the Debian packages when a module is not installed."""
+    root = Path(sword_path)
+    missing = []
+    for name in modules:
+        conf = root / "mods.d" / f"{name.lower()}.conf"
+        conf_any = [p for p in (root / "mods.d").glob("*.conf")] if (root / "mods.d").is_dir() else []
+        has_conf = conf.exists() or any(p.stem.lower() == name.lower() for p in conf_any)
+        has_data = (root / "modules" / "texts" / "ztext" / name).is_dir()
+        if not (has_conf and has_data):
+            missing.append(name)
+    if missing:
+        pkgs = " ".join(DEBIAN_PACKAGES[m] for m in missing if m in DEBIAN_PACKAGES)
+        raise MissingModulesError(
+            f"SWORD module(s) {', '.join(missing)} not found under {root}. They come from the "
+            f"Debian packages {pkgs or 'sword-text-sparv sword-text-web'}; install them with:\n"
+            f"    {INSTALL_HINT}\n"
+            f"(as root, after apt-get update; or run scripts/install_system_packages.sh). "
+            f"Nothing was installed."
+        )
+
+
+# --------------------------------------------------------------------------- reading
+
+def _open_module(name, sword_path):
+    from pysword.modules import SwordModules
+
+    modules = SwordModules(sword_path)
+    modules.parse_modules()  # pysword would choke on 'Globals' if asked for it; we never do
+    bible = modules.get_bible_from_module(name)
+    # pysword decompresses the whole (book-sized) block for every verse; remember the last one.
+    original = bible._decompressed_text
+    cache = {}
+
+    def cached(testament, buf_num):
+        key = (testament, buf_num)
+        if key not in cache:
+            cache.clear()
+            cache[key] = original(testament, buf_num)
+        return cache[key]
+
+    bible._decompressed_text = cached
+    return bible
+
+
+def book_order(sword_path=SWORD_PATH, module=SRC_MODULE):
+    """OSIS names of the books of ``module`` in canonical order."""
+    bible = _open_module(module, sword_path)
+    return [b.osis_name for books in bible.get_structure().get_books().values() for b in books]
+
+
+def read_module(name, books=None, sword_path=SWORD_PATH):
+    """{(book, chapter, verse): raw OSIS} for every verse slot of the module's versification."""
+    bible = _open_module(name, sword_path)
+    structure = bible.get_structure()
+    wanted = None if books is None else {b.lower() for b in books}
+    verses = {}
+    for testament, book_list in structure.get_books().items():
+        for book in book_list:
+            if wanted is not None and book.osis_name.lower() not in wanted:
+                continue
+            offset = structure._book_offset(book.name)
+            for chapter in range(1, book.num_chapters + 1):
+                for verse in range(1, book.chapter_lengths[chapter - 1] + 1):
+                    idx = book.get_indicies(chapters=[chapter], verses=[verse], offset=offset)[0]
+                    verses[(book.osis_name, chapter, verse)] = bible._text_for_index(testament, idx)
+    return verses
+
+
+def clean_module(raw_verses, recase=False):
+    """Plain text of every verse; ``recase``: the RV1909's capitalised chapter openings."""
+    clean = {}
+    for key, raw in raw_verses.items():
+        text = osis_to_text(raw)
+        if recase and key[2] == 1:
+            text = recase_chapter_opening(text)
+        clean[key] = text
+    return clean
+
+
+def pair_verses(src, tgt, excluded_chapters=EXCLUDED_CHAPTERS):
+    """Pair two {ref: text} dicts on the reference; returns (pairs, stats).
+
+    ``pairs`` is a list of (book, chapter, verse, src_text, tgt_text) in canonical order.
+    """
+    stats = collections.Counter()
+    books = list(dict.fromkeys(k[0] for k in src if k in tgt))
+    stats["src_verses"] = sum(1 for v in src.values() if v)
+    stats["tgt_verses"] = sum(1 for v in tgt.values() if v)
+    # expected length ratio from the verses present on both sides (one-sided ones would bias it)
+    both_all = [k for k in src if src[k] and tgt.get(k)]
+    ratio = max(sum(len(tgt[k]) for k in both_all), 1) / max(sum(len(src[k]) for k in both_all), 1)
+    pairs = []
+    for book in books:
+        s_keys = [k for k in src if k[0] == book and src[k]]
+        t_keys = [k for k in tgt if k[0] == book and tgt[k]]
+        t_set = set(t_keys)
+        both = [k for k in s_keys if k in t_set]
+        stats["one_sided"] += len(s_keys) + len(t_keys) - 2 * len(both)
+        beads = align_11([len(src[k]) for k in s_keys], [len(tgt[k]) for k in t_keys], ratio)
+        confirmed = {s_keys[i] for i, j in beads if s_keys[i] == t_keys[j]}
+        for key in both:
+            if key[:2] in excluded_chapters:
+                stats["dropped_excluded_chapter"] += 1
+            elif key not in confirmed:
+                stats["dropped_misaligned"] += 1
+            else:
+                pairs.append((key[0], key[1], key[2], src[key], tgt[key]))
+    stats["pairs"] = len(pairs)
+    return pairs, dict(stats)
+
+
+def extract_pairs(books=None, sword_path=SWORD_PATH):
+    """Read, clean and pair the two modules (all books, or only ``books``)."""
+    check_modules(sword_path)
+    t0 = time.time()
+    src = clean_module(read_module(SRC_MODULE, books, sword_path), recase=True)
+    log(f"read {SRC_MODULE}: {sum(1 for v in src.values() if v)} non-empty verses "
+        f"({time.time() - t0:.0f}s)")
+    tgt = clean_module(read_module(TGT_MODULE, books, sword_path))
+    log(f"read {TGT_MODULE}: {sum(1 for v in tgt.values() if v)} non-empty verses "
+        f"({time.time() - t0:.0f}s)")
+    pairs, stats = pair_verses(src, tgt)
+    log(f"paired: {stats}")
+    return pairs, stats
+
+
+def split_pairs(pairs, test_books=("Matt",), valid_books=("Mark",)):
+    """Held-out books: {split: [pair, ...]}. Book names compare case-insensitively."""
+    test = {b.lower() for b in test_books}
+    valid = {b.lower() for b in valid_books}
+    if test & valid:
+        raise ValueError(f"a book cannot be both test and valid: {sorted(test & valid)}")
+    out = {s: [] for s in SPLITS}
+    for pair in pairs:
+        book = pair[0].lower()
+        out["test" if book in test else "valid" if book in valid else "train"].append(pair)
+    for split, books in (("test", test_books), ("valid", valid_books)):
+        if not out[split]:
+            raise ValueError(f"no verse of {list(books)} in the corpus: empty {split} split")
+    return out
+
+
+# --------------------------------------------------------------------------- corpus build
+
+def write_tsv(path, pairs):
+    pipeline.write_lines(path, ("\t".join(map(str, p)) for p in pairs))
+
+
+def read_tsv(path):
+    pairs = []
+    for line in pipeline.read_lines(path):
+        book, chapter, verse, src, tgt = line.split("\t")
+        pairs.append((book, int(chapter), int(verse), src, tgt))
+    return pairs
+
+
+def build(out, vocab_size=8000, test_books=("Matt",), valid_books=("Mark",), books=None,
+          sword_path=SWORD_PATH, model_type="unigram"):
+    """Build the corpus under ``out`` (restartable); returns the stats dict."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    check_modules(sword_path)
+    stages = pipeline.Stages(out)
+    tsv = out / "corpus.tsv"
+    extract_stats = out / "extract_stats.json"
+
+    def do_extract():
+        pairs, stats = extract_pairs(books, sword_path)
+        write_tsv(tsv, pairs)
+        extract_stats.write_text(json.dumps(stats, indent=1))
+
+    stages.run("extract", [tsv, extract_stats], do_extract,
+               params={"books": books, "modules": [SRC_MODULE, TGT_MODULE], "version": 3})
+
+    raw = out / "raw"
+    raw_files = [raw / f"{s}.{l}" for s in SPLITS for l in (SRC, TGT)]
+
+    def do_split():
+        splits = split_pairs(read_tsv(tsv), test_books, valid_books)
+        for split, pairs in splits.items():
+            pipeline.write_lines(raw / f"{split}.{SRC}", (p[3] for p in pairs))
+            pipeline.write_lines(raw / f"{split}.{TGT}", (p[4] for p in pairs))
+            pipeline.write_lines(raw / f"{split}.ids", (f"{p[0]} {p[1]}:{p[2]}" for p in pairs))
+            log(f"split {split}: {len(pairs)} verse pairs")
+
+    stages.run("split", raw_files, do_split,
+               params={"test": list(test_books), "valid": list(valid_books)}, after=["extract"])
+
+    spm_prefix = out / "spm"  # -> spm.model / spm.vocab
+
+    def do_spm():
+        pipeline.train_sentencepiece([raw / f"train.{SRC}", raw / f"train.{TGT}"], spm_prefix,
+                                     vocab_size, model_type=model_type)
+
+    stages.run("spm", [out / "spm.model"], do_spm,
+               params={"vocab_size": vocab_size, "model_type": model_type}, after=["split"])
+
+    enc = out / "spm"
+    enc_files = [enc / f"{s}.{l}" for s in SPLITS for l in (SRC, TGT)]
+
+    def do_encode():
+        for s in SPLITS:
+            for l in (SRC, TGT):
+                n = pipeline.spm_encode_file(out / "spm.model", raw / f"{s}.{l}", enc / f"{s}.{l}")
+                log(f"encoded {s}.{l}: {n} lines")
+
+    stages.run("encode", enc_files, do_encode, after=["spm"])
+
+    bin_dir = out / "bin"
+
+    def do_binarize():
+        pipeline.fairseq_preprocess(SRC, TGT, enc / "train", bin_dir, validpref=enc / "valid",
+                                    testpref=enc / "test", joined=True)
+
+    stages.run("binarize", [bin_dir / f"dict.{SRC}.txt", bin_dir / f"train.{SRC}-{TGT}.{SRC}.bin",
+                            bin_dir / f"test.{SRC}-{TGT}.{TGT}.idx"],
+               do_binarize, after=["encode"])
+
+    stats = corpus_stats(out, test_books, valid_books, vocab_size)
+    (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    (out / "README.md").write_text(readme_text(stats))
+    log(f"corpus ready in {out}: " + ", ".join(
+        f"{s} {stats['splits'][s]['pairs']}" for s in SPLITS))
+    return stats
+
+
+def corpus_stats(out, test_books, valid_books, vocab_size):
+    out = Path(out)
+    stats = {
+        "source": {SRC: SRC_MODULE, TGT: TGT_MODULE},
+        "test_books": list(test_books), "valid_books": list(valid_books),
+        "vocab_size": vocab_size,
+        "extract": json.loads((out / "extract_stats.json").read_text()),
+        "splits": {},
+    }
+    for s in SPLITS:
+        entry = {"pairs": pipeline.count_lines(out / "raw" / f"{s}.{SRC}")}
+        for l in (SRC, TGT):
+            words = pieces = 0
+            with open(out / "raw" / f"{s}.{l}", encoding="utf-8") as f:
+                words = sum(len(line.split()) for line in f)
+            with open(out / "spm" / f"{s}.{l}", encoding="utf-8") as f:
+                pieces = sum(len(line.split()) for line in f)
+            entry[f"{l}_words"], entry[f"{l}_pieces"] = words, pieces
+        ids = pipeline.read_lines(out / "raw" / f"{s}.ids")
+        entry["books"] = len({i.split()[0] for i in ids})
+        stats["splits"][s] = entry
+    dict_file = out / "bin" / f"dict.{SRC}.txt"
+    stats["dictionary_size"] = pipeline.count_lines(dict_file) + 4  # + fairseq's 4 specials
+    return stats
+
+
+def readme_text(stats):
+    rows = "\n".join(
+        f"| {s} | {e['books']} | {e['pairs']} | {e[SRC + '_words']} | {e[TGT + '_words']} | "
+        f"{e[SRC + '_pieces']} | {e[TGT + '_pieces']} |" for s, e in stats["splits"].items())
+    return f"""# Spanish->English Bible corpus
+
+Built by `python -m fairseq_shared.data.bible` from the SWORD modules {SRC_MODULE} (Reina-Valera
+1909) and {TGT_MODULE} (World English Bible). Test books: {', '.join(stats['test_books'])};
+valid books: {', '.join(stats['valid_books'])}; every other book is training data.
+
+| split | books | verse pairs | es words | en words | es pieces | en pieces |
+|---|---|---|---|---|---|---|
+{rows}
+
+Extraction: {json.dumps(stats['extract'])}
+
+Joint sentencepiece (trained on the train side only), requested vocabulary {stats['vocab_size']};
+fairseq dictionary: {stats['dictionary_size']} entries.
+
+- raw/SPLIT.{{es,en}}: plain detokenized text, one verse per line; raw/SPLIT.ids: references.
+- spm/SPLIT.{{es,en}}: sentencepiece pieces. bin/: fairseq-preprocess output (src es, tgt en).
+"""
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--test-book", nargs="+", default=["Matt"], help="OSIS book name(s)")
+    p.add_argument("--valid-book", nargs="+", default=["Mark"], help="OSIS book name(s)")
+    p.add_argument("--books", nargs="+", default=None,
+                   help="use only these books (a small corpus for tests)")
+    p.add_argument("--sword-path", default=SWORD_PATH)
+    args = p.parse_args(argv)
+    try:
+        build(args.out, args.vocab_size, args.test_book, args.valid_book, args.books,
+              args.sword_path)
+    except MissingModulesError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Detokenized sacreBLEU / chrF, and hypotheses out of ``fairseq-generate`` output.
+
+    python -m fairseq_shared.data.scoring --generate-output gen.txt --ref test.en \
+        [--post-process sentencepiece|subword_nmt|none] [--detok-lang en] [--hyp-out hyp.txt]
+    python -m fairseq_shared.data.scoring --hyp hyp.txt --ref test.en
+"""
+
+import argparse
+import json
+import re
+import sys
+
+_H_LINE = re.compile(r"^H-(\d+)\t([^\t]*)\t?(.*)$")
+
+
+def post_process(text, kind):
+    """Undo subword splitting the way fairseq's ``--post-process`` does."""
+    if kind in (None, "none", ""):
+        return text.strip()
+    if kind == "sentencepiece":
+        return text.replace(" ", "").replace("\u2581", " ").strip()
+    if kind == "subword_nmt":
+        return (text + " ").replace("@@ ", "").rstrip()
+    raise ValueError(f"unknown post-process {kind!r}")
+
+
+def extract_hypotheses(lines, post="none"):
+    """Hypotheses of ``fairseq-generate`` output, ordered by sentence id.
+
+    Reads the ``H-<id>\\t<score>\\t<tokens>`` lines (first hypothesis per id when ``--nbest`` > 1),
+    and applies ``post`` ('sentencepiece', 'subword_nmt' or 'none' when generate already did
+    ``--post-process``). Raises if ids are missing (fairseq-generate dropped sentences).
+    """
+    hyps = {}
+    for line in lines:
+        m = _H_LINE.match(line.rstrip("\n"))
+        if m:
+            hyps.setdefault(int(m.group(1)), m.group(3))
+    if not hyps:
+        return []
+    ids = sorted(hyps)
+    if ids != list(range(len(ids))):
+        missing = sorted(set(range(ids[-1] + 1)) - set(ids))
+        raise ValueError(f"generate output lacks sentence ids {missing[:10]} "
+                         "(use --required-batch-size-multiple 1)")
+    return [post_process(hyps[i], post) for i in ids]
+
+
+def detokenize(lines, lang):
+    """Moses detokenization (sacremoses), for recipes whose text was Moses-tokenized."""
+    from sacremoses import MosesDetokenizer
+
+    md = MosesDetokenizer(lang=lang)
+    return [md.detokenize(line.split()) for line in lines]
+
+
+def score(hyps, refs):
+    """Corpus BLEU and chrF (sacreBLEU defaults: 13a tokenization on detokenized text)."""
+    import sacrebleu
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    b = bleu.corpus_score(hyps, [refs])
+    c = chrf.corpus_score(hyps, [refs])
+    return {
+        "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
+        "bleu_verbose": str(b),
+        "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
+        "n": len(hyps),
+    }
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="detokenized sacreBLEU and chrF")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--generate-output", help="fairseq-generate stdout")
+    src.add_argument("--hyp", help="plain hypotheses, one per line")
+    p.add_argument("--ref", required=True, help="detokenized references, one per line")
+    p.add_argument("--post-process", default="none",
+                   choices=["none", "sentencepiece", "subword_nmt"])
+    p.add_argument("--detok-lang", default=None, help="Moses-detokenize hypotheses first")
+    p.add_argument("--hyp-out", default=None, help="write the final hypotheses here")
+    p.add_argument("--json-out", default=None)
+    args = p.parse_args(argv)
+    if args.generate_output:
+        hyps = extract_hypotheses(_read(args.generate_output), args.post_process)
+    else:
+        hyps = [post_process(h, args.post_process) for h in _read(args.hyp)]
+    if args.detok_lang:
+        hyps = detokenize(hyps, args.detok_lang)
+    if args.hyp_out:
+        with open(args.hyp_out, "w", encoding="utf-8") as f:
+            f.writelines(h + "\n" for h in hyps)
+    result = score(hyps, _read(args.ref))
+    print(result["bleu_verbose"])
+    print(f"chrF2 = {result['chrf']:.2f}  {result['chrf_signature']}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
