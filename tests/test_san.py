@@ -388,3 +388,24 @@ def test_collect_attention_records_every_layer():
     with torch.no_grad():
         again, _ = model(src, lengths, prev)
     torch.testing.assert_close(again, model(src, lengths, prev)[0])
+
+
+def test_learn_policy_accumulator_on_recorded_attention():
+    from fairseq_shared.cli.learn_policy import SimilarityAccumulator, learn
+
+    model, task = tiny(san_flags("1,5", "2,2,2", "output"))
+    src, lengths, prev = random_batch(task)
+    model.decoder.set_collect_attention(True)
+    with torch.no_grad():
+        _, extra = model(src, lengths, prev)
+    acc = SimilarityAccumulator(6)
+    acc.add_batch(extra["san_self_attn"], extra["san_cross_attn"], prev.ne(task.target_dictionary.pad()))
+    js = acc.js()
+    assert set(js) == {"self_per_head", "self_head_avg", "cross_per_head", "cross_head_avg"}
+    # followers' distributions are their leader's: JS 0 inside blocks, > 0 across
+    assert float(js["self_per_head"][1:, 1:].max()) < 1e-9
+    assert float(js["self_per_head"][0, 1]) > 1e-3
+    assert float(js["cross_per_head"][0, 1]) < 1e-9 and float(js["cross_per_head"][1, 2]) > 1e-3
+    # so a threshold just below 1 recovers exactly the trained policy
+    assert learn(js, 1 - 1e-9) == {"self": [1, 5], "cross": [2, 2, 2]}
+    assert learn(js, 1.0) == {"self": [1] * 6, "cross": [1] * 6}

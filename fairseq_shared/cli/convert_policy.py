@@ -118,6 +118,10 @@ def convert_checkpoint(path_in: str, path_out: str, self_policy=None, cross_poli
             if value is not None:
                 setattr(state["args"], name, getattr(new_args, name))
     state["last_optimizer_state"] = None
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg):  # saved as fairseq's trainer saves it: a plain container
+        state["cfg"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     state.setdefault("extra_state", {})
     checkpoint_utils.torch_persistent_save(state, path_out)
     summary = {name: getattr(new_args, name, None) for name in changes}
