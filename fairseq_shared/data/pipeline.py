@@ -170,7 +170,7 @@ def spm_decode_line(pieces_line):
 # --------------------------------------------------------------------------- fairseq
 
 def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=None,
-                       joined=True, srcdict=None, extra=()):
+                       joined=True, srcdict=None, extra=(), in_process=True):
     """``fairseq-preprocess`` (one worker) into ``destdir``, written to a temp dir first."""
     destdir = Path(destdir)
     tmp = destdir.with_name(destdir.name + ".tmp")
@@ -178,19 +178,27 @@ def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=No
         import shutil
 
         shutil.rmtree(tmp)
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess",
-           "--source-lang", src, "--target-lang", tgt,
-           "--trainpref", trainpref, "--destdir", tmp, "--workers", "1"]
+    args = ["--source-lang", src, "--target-lang", tgt,
+            "--trainpref", trainpref, "--destdir", tmp, "--workers", "1"]
     if validpref:
-        cmd += ["--validpref", validpref]
+        args += ["--validpref", validpref]
     if testpref:
-        cmd += ["--testpref", testpref]
+        if isinstance(testpref, (list, tuple)):  # several test sets -> test, test1, test2, ...
+            testpref = ",".join(str(t) for t in testpref)
+        args += ["--testpref", testpref]
     if srcdict:
-        cmd += ["--srcdict", srcdict]
+        args += ["--srcdict", srcdict]
     if joined:
-        cmd += ["--joined-dictionary"]
-    cmd += list(extra)
-    run_cmd(cmd)
+        args += ["--joined-dictionary"]
+    args = [str(a) for a in args + list(extra)]
+    if in_process:  # saves the ~5-10 s of importing fairseq in a fresh interpreter
+        from fairseq import options
+        from fairseq_cli import preprocess
+
+        log("fairseq-preprocess " + " ".join(args))
+        preprocess.main(options.get_preprocessing_parser().parse_args(args))
+    else:
+        run_cmd([sys.executable, "-m", "fairseq_cli.preprocess"] + args)
     if destdir.exists():
         import shutil
 

@@ -46,24 +46,32 @@ def extract_hypotheses(lines, post="none"):
     return [post_process(hyps[i], post) for i in ids]
 
 
+_AGGRESSIVE = re.compile(r" @([-,.])@ ")
+
+
 def detokenize(lines, lang):
-    """Moses detokenization (sacremoses), for recipes whose text was Moses-tokenized."""
+    """Moses detokenization (sacremoses), for recipes whose text was Moses-tokenized; also
+    undoes the aggressive hyphen splitting (``a @-@ b`` -> ``a-b``)."""
     from sacremoses import MosesDetokenizer
 
     md = MosesDetokenizer(lang=lang)
-    return [md.detokenize(line.split()) for line in lines]
+    return [md.detokenize(_AGGRESSIVE.sub(r"\1", line).split()) for line in lines]
 
 
-def score(hyps, refs):
-    """Corpus BLEU and chrF (sacreBLEU defaults: 13a tokenization on detokenized text)."""
+def score(hyps, refs, lowercase=False):
+    """Corpus BLEU and chrF (sacreBLEU defaults: 13a tokenization on detokenized text).
+
+    ``refs``: one reference per hypothesis, or a list of such lists (several references)."""
     import sacrebleu
 
-    if len(hyps) != len(refs):
-        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
-    b = bleu.corpus_score(hyps, [refs])
-    c = chrf.corpus_score(hyps, [refs])
+    ref_sets = [refs] if refs and isinstance(refs[0], str) else list(refs)
+    for r in ref_sets:
+        if len(hyps) != len(r):
+            raise ValueError(f"{len(hyps)} hypotheses for {len(r)} references")
+    bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
+    chrf = sacrebleu.metrics.CHRF(lowercase=lowercase)
+    b = bleu.corpus_score(hyps, ref_sets)
+    c = chrf.corpus_score(hyps, ref_sets)
     return {
         "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
         "bleu_verbose": str(b),
@@ -82,7 +90,9 @@ def main(argv=None):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--generate-output", help="fairseq-generate stdout")
     src.add_argument("--hyp", help="plain hypotheses, one per line")
-    p.add_argument("--ref", required=True, help="detokenized references, one per line")
+    p.add_argument("--ref", required=True, nargs="+",
+                   help="detokenized reference file(s), one sentence per line")
+    p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU/chrF")
     p.add_argument("--post-process", default="none",
                    choices=["none", "sentencepiece", "subword_nmt"])
     p.add_argument("--detok-lang", default=None, help="Moses-detokenize hypotheses first")
@@ -98,7 +108,7 @@ def main(argv=None):
     if args.hyp_out:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hyps)
-    result = score(hyps, _read(args.ref))
+    result = score(hyps, [_read(r) for r in args.ref], lowercase=args.lowercase)
     print(result["bleu_verbose"])
     print(f"chrF2 = {result['chrf']:.2f}  {result['chrf_signature']}")
     if args.json_out:
