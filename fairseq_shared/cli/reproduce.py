@@ -228,8 +228,19 @@ class Run:
         return cmd
 
     def key(self) -> str:
-        cmd = self.train_command()
-        return hashlib.sha256(json.dumps(cmd[1:]).encode()).hexdigest()[:16]
+        """Hash of the training command without its limits (--max-update, --stop-time-hours):
+        raising a limit continues the same run from checkpoint_last.pt; any other change
+        (model, data, optimizer, batch) starts a new run."""
+        cmd = self.train_command()[1:]
+        for flag in ("--max-update", "--stop-time-hours"):
+            if flag in cmd:
+                i = cmd.index(flag)
+                cmd = cmd[:i] + cmd[i + 2:]
+        return hashlib.sha256(json.dumps(cmd).encode()).hexdigest()[:16]
+
+    def limits(self) -> Dict:
+        return {"max_update": self.budget["max_update"],
+                "max_minutes": self.budget.get("max_minutes")}
 
     # -- state
     @property
@@ -242,7 +253,12 @@ class Run:
             return None
         with open(path) as f:
             info = json.load(f)
-        return info if info.get("key") == self.key() else None
+        if info.get("key") != self.key():
+            return None
+        # finished under the same limits, or already reached this budget's update limit
+        if info.get("limits") == self.limits() or info.get("updates", 0) >= self.budget["max_update"]:
+            return info
+        return None
 
     def state(self) -> str:
         if self.skip_reason:
@@ -362,6 +378,36 @@ def parse_train_log(path: str) -> Dict:
     }
 
 
+def checkpoint_progress(path: str) -> Dict:
+    """Updates and training seconds stored in a fairseq checkpoint (0 if unreadable)."""
+    try:
+        from fairseq import checkpoint_utils
+
+        import fairseq_shared  # noqa: F401  (compat: safe loading of fairseq checkpoints)
+
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        hist = state.get("optimizer_history") or [{}]
+        extra = state.get("extra_state") or {}
+        return {"updates": int(hist[-1].get("num_updates", 0)),
+                "seconds": float(extra.get("previous_training_time", 0.0))}
+    except Exception:  # noqa: BLE001  a torn or foreign file: let fairseq decide
+        return {"updates": 0, "seconds": 0.0}
+
+
+def _write_done(run: Run, key: str, t0: float, log_path: str, note: str = "") -> Dict:
+    stats = parse_train_log(log_path)
+    ck = checkpoint_progress(run.checkpoint)
+    stats["updates"] = max(stats["updates"], ck["updates"])
+    info = {"key": key, "name": run.name, "params": run.params, "limits": run.limits(),
+            "wall_seconds_last_attempt": time.time() - t0, "training_seconds": ck["seconds"],
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, **stats}
+    tmp = os.path.join(run.dir, "done.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=2)
+    os.replace(tmp, os.path.join(run.dir, "done.json"))
+    return info
+
+
 def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
     """Train (or resume) one configuration; returns its done.json content."""
     state = run.state()
@@ -380,6 +426,17 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
                MKL_NUM_THREADS=str(run.budget["threads"]), PYTHONUNBUFFERED="1")
     log_path = os.path.join(run.dir, "train.log")
     resumed = os.path.exists(run.checkpoint)
+    if resumed:
+        # killed after its final checkpoint but before done.json: fairseq would run one
+        # more update on restart, so finish here instead
+        ck = checkpoint_progress(run.checkpoint)
+        max_min = run.budget.get("max_minutes")
+        if ck["updates"] >= run.budget["max_update"] or (max_min and ck["seconds"] >= 60 * max_min):
+            info = _write_done(run, key, time.time(), log_path,
+                               note="complete in checkpoint_last.pt")
+            progress(f"[train {k}/{n}] {run.name}: already complete in checkpoint_last.pt "
+                     f"({ck['updates']} updates); marked done")
+            return info
     progress(f"[train {k}/{n}] {run.name}: {'resuming from checkpoint_last.pt' if resumed else 'starting'}"
              f" (N={run.N}, M={run.M}, {run.strategy}/{run.scope}, "
              f"{run.params:,} params, max {run.budget['max_update']} updates)")
@@ -422,11 +479,8 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
     if rc != 0 or not os.path.exists(run.checkpoint):
         tail = "".join(open(log_path, encoding="utf-8", errors="replace").readlines()[-15:])
         raise RuntimeError(f"fairseq-train failed for {run.name} (exit {rc}); see {log_path}:\n{tail}")
-    stats = parse_train_log(log_path)
-    info = {"key": key, "name": run.name, "params": run.params, "wall_seconds_last_attempt":
-            time.time() - t0, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **stats}
-    with open(os.path.join(run.dir, "done.json"), "w") as f:
-        json.dump(info, f, indent=2)
+    info = _write_done(run, key, t0, log_path)
+    stats = info
     progress(f"[train {k}/{n}] {run.name}: done, {stats['updates']} updates, "
              f"{stats['train_wps']} tok/s (median), valid loss {stats['valid_loss']}")
     return info
@@ -595,9 +649,9 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str
 def plot(rows: List[Dict], out: str) -> List[str]:
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves root at DEBUG
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -727,7 +781,21 @@ def build_parser():
     return p
 
 
+def _terminate_on_sigterm():
+    """SIGTERM -> SystemExit, so that a running fairseq-train child is terminated too."""
+    import signal
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
 def main(argv=None):
+    _terminate_on_sigterm()
     args = build_parser().parse_args(argv)
     overrides = list(args.set) + ([f"threads={args.threads}"] if args.threads else [])
     budget = load_budget(args.budget, overrides)

@@ -1,0 +1,162 @@
+"""fairseq_shared.timing and the time_generate CLI on a tiny synthetic corpus and tiny models.
+
+The two checkpoints come from ``reproduce`` with the ``tiny`` budget (vanilla 2+2 and
+cycle_rev 4+4 over 2 sets, 8 updates each); the run directory is shared with
+test_reproduce/test_main_job through pytest's base temp dir, so whichever runs first trains.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+
+from fairseq_shared.toydata import SIZES, build_toy_corpus
+
+GEN = ["--beam", "2", "--batch-size", "16", "--cpu", "--max-len-a", "1", "--max-len-b", "5"]
+N_TEST = SIZES["test"]
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory):
+    return build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
+
+
+@pytest.fixture(scope="session")
+def ckpts(toy, tmp_path_factory):
+    from fairseq_shared.cli import reproduce
+
+    out = str(tmp_path_factory.getbasetemp() / "work" / "main_job")
+    configs = reproduce.select_configs(reproduce.CONFIGS, "vanilla,cycle_rev_2L", None)
+    result = reproduce.reproduce(toy, out, reproduce.load_budget("tiny"), configs,
+                                 skip_decode=True, progress=lambda m: None)
+    return {r.name: r.checkpoint for r in result["runs"]}
+
+
+def raw_refs(toy, split="test"):
+    with open(os.path.join(toy, "raw", f"{split}.en"), encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def test_benchmark_counts_scores_and_interleaving(toy, ckpts):
+    from fairseq_shared.timing import benchmark
+
+    log = []
+    report = benchmark(ckpts, toy, GEN, baseline="vanilla", warmup=1, warmup_batches=1,
+                       repeats=2, threads=1, progress=log.append)
+    refs = raw_refs(toy)
+    assert report.references == refs  # raw detokenized references, all of them, in id order
+    assert report.settings["references"].endswith(os.path.join("raw", "test.en"))
+    assert report.settings["sentences_decoded"] == N_TEST
+    assert report.settings["required_batch_size_multiple"] == 1
+    assert report.settings["beam"] == 2 and report.settings["torch_threads"] == 1
+    for m in report.models:
+        assert len(m.passes) == 2
+        assert all(p.sentences == N_TEST for p in m.passes)
+        assert all(p.tokens == sum(m.hyp_lengths) for p in m.passes)
+        assert all(p.gen_seconds > 0 and p.peak_mem_mb > 0 for p in m.passes)
+        assert len(m.hypotheses) == N_TEST and m.deterministic
+        # BLEU/chrF are sacreBLEU's on the same hypotheses against the raw references
+        assert m.bleu == pytest.approx(sacrebleu.corpus_bleu(m.hypotheses, [refs]).score)
+        assert m.chrf == pytest.approx(sacrebleu.corpus_chrf(m.hypotheses, [refs]).score)
+        assert "version:2.6" in m.bleu_signature and "nc:6" in m.chrf_signature
+    assert report.models[0].speed_ratio == pytest.approx(1.0)
+    # interleaved: round 2 starts with the other model
+    passes = [l for l in log if "] pass " in l or " pass " in l and "warm" not in l]
+    order = [l.split(": ")[0].split()[-1] for l in log if l.startswith("[decode] pass")]
+    assert order == ["vanilla", "cycle_rev_2L", "cycle_rev_2L", "vanilla"], passes
+    rows = report.rows()
+    assert rows[1]["params"] == rows[0]["params"]  # cycle_rev N=2M: same unique params
+
+
+def test_same_hypotheses_as_fairseq_generate(toy, ckpts):
+    """The decode is fairseq-generate's: its D- lines equal our hypotheses."""
+    from fairseq_shared.timing import USER_DIR, benchmark
+
+    report = benchmark({"v": ckpts["vanilla"]}, toy, GEN, warmup=0, repeats=1, threads=1,
+                       progress=lambda m: None)
+    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-generate"),
+           os.path.join(toy, "bin"), "--path", ckpts["vanilla"], "--user-dir", USER_DIR,
+           "--bpe", "sentencepiece", "--sentencepiece-model", os.path.join(toy, "spm.model"),
+           "--required-batch-size-multiple", "1", *GEN]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    theirs = {}
+    for line in out.splitlines():
+        if line.startswith("D-"):
+            sid, _, text = line[2:].split("\t", 2)
+            theirs[int(sid)] = text
+    assert len(theirs) == N_TEST
+    assert [theirs[i] for i in range(N_TEST)] == report.models[0].hypotheses
+
+
+def test_dropped_sentences_fail_loudly(toy, ckpts):
+    from fairseq_shared.timing import DroppedSentencesError, benchmark, check_counts
+
+    # fairseq silently skips over-long inputs with --skip-invalid-size-inputs-valid-test
+    with pytest.raises(DroppedSentencesError, match="missing ids"):
+        benchmark({"v": ckpts["vanilla"]}, toy,
+                  GEN + ["--max-source-positions", "12", "--skip-invalid-size-inputs-valid-test"],
+                  warmup=0, repeats=1, threads=1, progress=lambda m: None)
+    check_counts([0, 1, 2], {0: [2], 1: [2], 2: [2]})
+    with pytest.raises(DroppedSentencesError):
+        check_counts([0, 1, 2], {0: [2], 2: [2]})
+    with pytest.raises(DroppedSentencesError, match="duplicated"):
+        check_counts([0, 1], {0: [2], 1: [2]}, duplicates=[1])
+
+
+def test_forced_lengths(toy, ckpts):
+    from fairseq_shared.timing import benchmark_forced_lengths, select_ids
+
+    ids = select_ids(N_TEST, 10)
+    assert len(ids) == 10 and ids[0] == 0 and ids[-1] == N_TEST - 1
+    report = benchmark_forced_lengths(ckpts, toy, GEN, force="reference", subset=10,
+                                      warmup=0, repeats=1, threads=1, progress=lambda m: None)
+    refs = raw_refs(toy)
+    from fairseq.data import data_utils  # noqa: F401
+
+    lengths = [m.hyp_lengths for m in report.models]
+    assert lengths[0] == lengths[1]  # both models decode to identical lengths
+    for m in report.models:
+        assert m.passes[0].sentences == 10
+        assert m.hypotheses == [refs[i] for i in ids]  # forced to the reference
+        assert m.bleu == pytest.approx(100.0)
+    # reference length in target tokens (incl. EOS) from the binarized test set
+    from fairseq.data import Dictionary, data_utils as du
+
+    ds = du.load_indexed_dataset(os.path.join(toy, "bin", "test.es-en.en"),
+                                 Dictionary.load(os.path.join(toy, "bin", "dict.en.txt")))
+    assert lengths[0] == [int(ds.sizes[i]) for i in ids]
+
+    fixed = benchmark_forced_lengths({"v": ckpts["vanilla"]}, toy, GEN, force=6, warmup=0,
+                                     repeats=1, threads=1, progress=lambda m: None)
+    assert fixed.models[0].hyp_lengths == [7] * N_TEST  # 6 tokens + EOS each
+    with pytest.raises(ValueError):
+        benchmark_forced_lengths({"v": ckpts["vanilla"]}, toy, GEN, force=None)
+
+
+def test_cli_writes_md_csv_json(toy, ckpts, tmp_path, capsys):
+    from fairseq_shared.cli import time_generate
+
+    out = tmp_path / "dec"
+    rc = time_generate.main([toy, "-c", f"vanilla={ckpts['vanilla']}",
+                             "-c", f"shared={ckpts['cycle_rev_2L']}", "--baseline", "vanilla",
+                             "--warmup", "0", "--repeats", "1", "--threads", "1",
+                             "--subset", "7", "--out", str(out), "--", *GEN])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| vanilla |" in printed and "| shared |" in printed and "BLEU signature" in printed
+    data = json.loads((out / "results.json").read_text())
+    assert [r["model"] for r in data["results"]] == ["vanilla", "shared"]
+    assert all(r["sentences"] == 7 for r in data["results"])
+    assert data["settings"]["subset"].startswith("7 of 23")
+    csv_lines = (out / "results.csv").read_text().strip().splitlines()
+    assert len(csv_lines) == 3 and csv_lines[0].startswith("model,checkpoint,params")
+    assert len((out / "hyp.shared.txt").read_text().splitlines()) == 7
+    # dropped sentences -> exit status 3
+    rc = time_generate.main([toy, "-c", ckpts["vanilla"], "--warmup", "0", "--repeats", "1",
+                             *GEN, "--max-source-positions", "12",
+                             "--skip-invalid-size-inputs-valid-test"])
+    assert rc == 3
