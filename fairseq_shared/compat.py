@@ -26,6 +26,7 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
 """
 
 import argparse
+import functools
 import logging
 import os
 import random
@@ -111,6 +112,7 @@ def patch_cpu_distributed_training() -> None:
     original_launch_init = dist_utils._infer_torch_distributed_launch_init
     original_call_main = dist_utils.call_main
 
+    @functools.wraps(original_launch_init)
     def _infer_torch_distributed_launch_init(cfg):
         """torchrun/torch.distributed.launch: stock code does ``rank % cuda.device_count()``."""
         if not _no_cuda():
@@ -122,6 +124,7 @@ def patch_cpu_distributed_training() -> None:
         cfg.device_id = 0  # no CUDA device to pick (fairseq calls cuda.set_device if > 0)
         cfg.distributed_no_spawn = True  # processes are created by torchrun
 
+    @functools.wraps(original_call_main)
     def call_main(cfg, main, **kwargs):
         """CPU, world size > 1, no launcher: spawn the workers ourselves (gloo).
 
@@ -247,6 +250,7 @@ def allow_distributed_checkpoint_broadcast() -> None:
         return
     original = dist_utils._broadcast_object_slow
 
+    @functools.wraps(original)
     def _broadcast_object_slow(*args, **kwargs):
         with safe_globals(distributed_broadcast_safe_globals()):
             return original(*args, **kwargs)
