@@ -409,3 +409,18 @@ def test_learn_policy_accumulator_on_recorded_attention():
     # so a threshold just below 1 recovers exactly the trained policy
     assert learn(js, 1 - 1e-9) == {"self": [1, 5], "cross": [2, 2, 2]}
     assert learn(js, 1.0) == {"self": [1] * 6, "cross": [1] * 6}
+
+
+def test_transformer_san_family_is_registered_in_every_size():
+    from fairseq.models import ARCH_MODEL_REGISTRY, ARCH_CONFIG_REGISTRY
+    from helpers_model import parse_args
+
+    for suffix, dim in (("", 512), ("_iwslt_de_en", 512), ("_wmt_en_de", 512), ("_wmt_en_de_big", 1024)):
+        name = "transformer_san" + suffix
+        assert ARCH_MODEL_REGISTRY[name].__name__ == "SharedTransformerModel"
+        args = parse_args(name)
+        assert args.decoder_embed_dim == dim
+        assert (args.san_self_policy, args.san_cross_policy, args.san_cross_reuse) == ("1,5", "2,2,2", "output")
+    # composes with a parameter-sharing strategy in one model
+    args = parse_args("transformer_cycle_rev", ["--san-self-policy", "1,11", "--san-cross-policy", "2,2,2,2,2,2"])
+    assert args.decoder_layers == 12 and args.decoder_share_strategy == "cycle_rev"
