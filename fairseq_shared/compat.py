@@ -129,8 +129,9 @@ def patch_cpu_distributed_training() -> None:
         """CPU, world size > 1, no launcher: spawn the workers ourselves (gloo).
 
         Stock fairseq spawns ``min(torch.cuda.device_count(), world_size)`` = 0 processes on
-        a CPU machine. Every other case (GPUs, torchrun, SLURM, an explicit init method, TPU,
-        a single process) is left to fairseq.
+        a CPU machine. Every other case (GPUs, torchrun, SLURM, an explicit init method with
+        --distributed-no-spawn, TPU, a single process) is left to fairseq, after checking
+        that the backend can run on CPU.
         """
         dist_cfg = cfg.distributed_training
         cpu = bool(cfg.common.cpu) or _no_cuda()
@@ -143,18 +144,18 @@ def patch_cpu_distributed_training() -> None:
             return original_call_main(cfg, main, **kwargs)
         if dist_cfg.pipeline_model_parallel:
             raise ValueError("pipeline model parallelism needs CUDA devices")
+        _check_cpu_backend(dist_cfg)
         slurm = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
-        if dist_cfg.distributed_init_method is not None or slurm:
+        if slurm and dist_cfg.distributed_init_method is None:
+            return original_call_main(cfg, main, **kwargs)  # one srun task per worker
+        if dist_cfg.distributed_init_method is not None:
             if not dist_cfg.distributed_no_spawn:
                 raise ValueError(
-                    "on CPU, multi-node or SLURM distributed training needs one process per "
-                    "worker: launch with torchrun (--distributed-backend gloo) or pass "
-                    "--distributed-no-spawn with --distributed-init-method and "
-                    "--distributed-rank"
+                    "on CPU, --distributed-init-method needs one process per worker: pass "
+                    "--distributed-no-spawn and --distributed-rank to each, or launch with "
+                    "torchrun --distributed-backend gloo"
                 )
-            _check_cpu_backend(dist_cfg)
             return original_call_main(cfg, main, **kwargs)
-        _check_cpu_backend(dist_cfg)
         world_size = dist_cfg.distributed_world_size
         port = dist_cfg.distributed_port
         if port <= 0:

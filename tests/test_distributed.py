@@ -129,6 +129,12 @@ def test_cpu_world_size_two_with_nccl_fails_loudly(monkeypatch):
     with pytest.raises(ValueError, match="--distributed-backend gloo"):
         distributed_utils.call_main(cfg, never_called)
 
+    # an explicit init method would have fairseq spawn min(#GPUs, world size) = 0 workers
+    cfg = parsed_cfg("--distributed-world-size", "2", "--distributed-backend", "gloo",
+                     "--distributed-init-method", "tcp://localhost:1")
+    with pytest.raises(ValueError, match="--distributed-no-spawn"):
+        distributed_utils.call_main(cfg, never_called)
+
     # under torchrun too
     for key, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="1", WORLD_SIZE="2", RANK="1").items():
         monkeypatch.setenv(key, value)
