@@ -137,15 +137,9 @@ def test_malicious_checkpoint_is_refused(tmp_path, ckpt_dir, payload_cls):
     # (fairseq-generate/-interactive/-train load through load_checkpoint_to_cpu, tested above)
 
 
-def test_fairseq_generate_and_interactive_load_real_checkpoint(ckpt_dir, tmp_path_factory):
+def test_fairseq_interactive_loads_real_checkpoint(ckpt_dir, tmp_path_factory):
+    """fairseq-interactive loads a fairseq-train checkpoint (fairseq-generate: test_average.py)."""
     data = data_bin(tmp_path_factory)
-    _, out = run_tool(
-        "fairseq-generate", data, "--user-dir", USER_DIR, "--path", ckpt_dir / "checkpoint_last.pt",
-        "--cpu", "--beam", "2", "--batch-size", "16", "--required-batch-size-multiple", "1",
-    )
-    assert sum(line.startswith("H-") for line in out.splitlines()) == 12  # every test sentence
-    assert "BLEU4" in out
-
     source = (data.parent / "test.src").read_text().splitlines()[:3]
     _, out = run_tool(
         "fairseq-interactive", data, "--user-dir", USER_DIR, "--path", ckpt_dir / "checkpoint_last.pt",
