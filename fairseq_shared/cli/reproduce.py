@@ -15,7 +15,8 @@ references) and writes into ``--out``:
   decoding speed) and one row per configuration with everything measured;
 * ``results.json`` / ``results.csv`` (all numbers and the budget), ``decode/`` (the timing
   report, hypotheses), ``bleu_vs_params.png``, ``bleu_vs_speed.png``;
-* ``runs/<config>/``: checkpoints, ``train.log``, ``plan.json`` and ``done.json``.
+* ``runs/<config>/`` (or ``--runs DIR``): checkpoints, ``train.log``, ``plan.json``,
+  ``done.json``.
 
 Configurations are a small declarative list (:data:`CONFIGS`, or ``--config-file`` JSON of
 the same shape): a name, the tables it appears in, an architecture and the per-stack sharing
@@ -54,6 +55,10 @@ CONFIGS: List[Dict] = [
          strategy="none", N="L", M="L"),
     dict(name="universal", tables=["takase", "albert"], label="Universal",
          strategy="universal", N="L", M=1),
+    # the paper's universal row is wider (1024/4096) to roughly match vanilla's parameters;
+    # optional (about 3-4x the cost of vanilla): select it with --configs ...,universal_wide
+    dict(name="universal_wide", tables=["takase"], label="Universal (2x wider)",
+         strategy="universal", N="L", M=1, width_mult=2, default=False),
     dict(name="sequence_2L", tables=["takase"], label="Sequence", strategy="sequence",
          N="2L", M="L"),
     dict(name="cycle_2L", tables=["takase"], label="Cycle", strategy="cycle", N="2L", M="L"),
@@ -93,15 +98,17 @@ BUDGETS: Dict[str, Dict] = {
                  save_interval_updates=0, log_interval=2, seed=1, device="cpu",
                  **{**_DECODE_DEFAULTS, "beam": 2, "batch_size": 16, "repeats": 1,
                     "warmup_passes": 0, "max_len_a": 1.0, "max_len_b": 5}),
-    # the main job (`make demo`): two configurations in ~30 min on 2 CPU cores
-    "demo": dict(L=3, dim=256, ffn=1024, heads=4, max_update=300, max_minutes=14,
-                 max_tokens=4096, lr=0.002, warmup_updates=100, dropout=0.1, threads=2,
+    # the main job (`make demo`): two configurations in ~30 min on 2 dedicated CPU cores
+    # (measured: ~3500 target tokens per update; vanilla 3+3 at d=256 ~800-3000 tok/s)
+    "demo": dict(L=3, dim=256, ffn=1024, heads=4, max_update=250, max_minutes=12,
+                 max_tokens=4096, lr=0.0015, warmup_updates=80, dropout=0.1, threads=2,
                  save_interval_updates=100, log_interval=10, seed=1, device="cpu",
                  **{**_DECODE_DEFAULTS, "subset": 200, "repeats": 2, "warmup_batches": 2}),
-    # 2-core CPU tables run (all 14 configurations; see results/README.md for the time)
-    "small": dict(L=3, dim=256, ffn=1024, heads=4, max_update=1200, max_minutes=60,
-                  max_tokens=4096, lr=0.002, warmup_updates=300, dropout=0.1, threads=2,
-                  save_interval_updates=200, log_interval=20, seed=1, device="cpu",
+    # the tables on 2 CPU cores: all 14 default configurations, equal updates (~2 epochs of
+    # the Bible corpus); about 8 h on 2 dedicated cores (see results/README.md)
+    "small": dict(L=3, dim=256, ffn=1024, heads=4, max_update=600, max_minutes=None,
+                  max_tokens=4096, lr=0.0015, warmup_updates=150, dropout=0.1, threads=2,
+                  save_interval_updates=100, log_interval=20, seed=1, device="cpu",
                   **{**_DECODE_DEFAULTS, "subset": 300, "repeats": 2, "warmup_batches": 3}),
     # one GPU: base width, the paper's depth
     "base": dict(L=6, dim=512, ffn=2048, heads=8, max_update=20000, max_minutes=None,
@@ -172,10 +179,11 @@ def corpus_paths(data: str):
 class Run:
     """One configuration under one budget: its training command and state on disk."""
 
-    def __init__(self, config: Dict, budget: Dict, data: str, out: str):
+    def __init__(self, config: Dict, budget: Dict, data: str, out: str,
+                 runs_dir: Optional[str] = None):
         self.config, self.budget, self.data = config, budget, data
         self.name = config["name"]
-        self.dir = os.path.join(out, "runs", self.name)
+        self.dir = os.path.join(runs_dir or os.path.join(out, "runs"), self.name)
         L = budget["L"]
         self.N = resolve_count(config.get("N", "L"), L)
         self.M = resolve_count(config.get("M", "L"), L)
@@ -189,10 +197,11 @@ class Run:
     def model_flags(self) -> List[str]:
         b = self.budget
         flags = ["--arch", self.arch]
+        w = int(self.config.get("width_mult", 1))
         for stack in ("encoder", "decoder"):
             flags += [f"--{stack}-layers", str(self.N),
-                      f"--{stack}-embed-dim", str(b["dim"]),
-                      f"--{stack}-ffn-embed-dim", str(b["ffn"]),
+                      f"--{stack}-embed-dim", str(w * b["dim"]),
+                      f"--{stack}-ffn-embed-dim", str(w * b["ffn"]),
                       f"--{stack}-attention-heads", str(b["heads"]),
                       f"--{stack}-share-strategy", self.strategy,
                       f"--{stack}-share-scope", self.scope]
@@ -301,7 +310,8 @@ def count_params(run: Run) -> int:
         torch.set_num_threads(threads)
 
 
-def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print) -> List[Run]:
+def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
+              runs_dir: Optional[str] = None) -> List[Run]:
     import logging
 
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -312,7 +322,7 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print)
     logging.disable(logging.WARNING)
     try:
         for cfg in configs:
-            run = Run(cfg, budget, data, out)
+            run = Run(cfg, budget, data, out, runs_dir)
             if run.arch not in ARCH_MODEL_REGISTRY:
                 run.skip_reason = (f"architecture '{run.arch}' is not registered (not built yet);"
                                    " row skipped")
@@ -340,6 +350,28 @@ def print_plan(runs: List[Run], budget: Dict, log=print):
     for r in runs:
         if r.skip_reason:
             log(f"  skip {r.name}: {r.skip_reason}")
+    log(f"[plan] {estimate_left(runs, budget)}")
+
+
+def estimate_left(runs: List[Run], budget: Dict) -> str:
+    """Training time left, from the speed of finished runs (seconds per update per layer)."""
+    rates = []
+    for r in runs:
+        info = r.done_info() if not r.skip_reason else None
+        if info and info.get("updates") and info.get("training_seconds"):
+            rates.append(info["training_seconds"] / (info["updates"] * r.layer_cost()))
+    left = [r for r in runs if not r.skip_reason and r.state() != "done"]
+    if not left:
+        return "all configurations trained"
+    cost = sum(budget["max_update"] * r.layer_cost() for r in left)
+    if not rates:
+        return (f"{len(left)} configurations to train ({cost // budget['max_update']} "
+                "layer-stacks x max_update); time estimate after the first one finishes")
+    hours = statistics.median(rates) * cost / 3600
+    cap = budget.get("max_minutes")
+    if cap:
+        hours = min(hours, len(left) * cap / 60)
+    return f"{len(left)} configurations to train, about {hours:.1f} h at the speed measured so far"
 
 
 # ---------------------------------------------------------------------------- training
@@ -451,6 +483,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
         try:
             for line in proc.stdout:
                 logf.write(line)
+                logf.flush()
                 m = _JSON_RE.search(line)
                 if m and m.group(1) == "train_inner":
                     rec = json.loads(m.group(2))
@@ -702,7 +735,8 @@ def write_results(rows, budget, decode, out) -> Dict[str, str]:
 
 # ---------------------------------------------------------------------------- driver
 def select_configs(configs: List[Dict], names: Optional[str], tables: Optional[str]) -> List[Dict]:
-    chosen = configs
+    """By name (any configuration), else by table, else every default configuration."""
+    chosen = [c for c in configs if c.get("default", True)]
     if tables:
         want = set(tables.split(","))
         unknown = want - set(TABLES)
@@ -720,7 +754,7 @@ def select_configs(configs: List[Dict], names: Optional[str], tables: Optional[s
 
 
 def reproduce(data: str, out: str, budget: Dict, configs: List[Dict], dry_run=False,
-              progress=None, skip_decode=False) -> Dict:
+              progress=None, skip_decode=False, runs_dir: Optional[str] = None) -> Dict:
     """The whole pipeline as a library call; returns ``{"rows", "decode", "paths", "runs"}``."""
     t_overall = time.time()
 
@@ -733,7 +767,7 @@ def reproduce(data: str, out: str, budget: Dict, configs: List[Dict], dry_run=Fa
                 f.write(line + "\n")
 
     log(f"[plan] data {data}, out {out}, {len(configs)} configurations")
-    runs = make_plan(configs, budget, data, out)
+    runs = make_plan(configs, budget, data, out, runs_dir=runs_dir)
     print_plan(runs, budget, log)
     if dry_run:
         return {"runs": runs, "rows": collect_rows(runs, None), "decode": None, "paths": {}}
@@ -767,11 +801,14 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="prepared corpus root (bin/, raw/, spm.model)")
     p.add_argument("--out", required=True, help="output directory (runs/, decode/, tables)")
+    p.add_argument("--runs", default=None,
+                   help="where checkpoints and training logs go (default <out>/runs)")
     p.add_argument("--budget", default="small",
                    help=f"one of {', '.join(BUDGETS)} or a JSON file (default small)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one budget value, e.g. --set max_update=500 --set threads=2")
-    p.add_argument("--configs", help="comma-separated configuration names (default: all)")
+    p.add_argument("--configs", help="comma-separated configuration names (default: all "
+                   "default ones; optional: universal_wide)")
     p.add_argument("--tables", help=f"only configurations of these tables ({', '.join(TABLES)})")
     p.add_argument("--config-file", help="JSON list of configurations replacing the defaults")
     p.add_argument("--threads", type=int, help="shorthand for --set threads=N")
@@ -812,7 +849,7 @@ def main(argv=None):
             budget["device"] = "cpu"
     os.environ.setdefault("OMP_NUM_THREADS", str(budget["threads"]))
     reproduce(args.data, args.out, budget, configs, dry_run=args.dry_run,
-              skip_decode=args.no_decode)
+              skip_decode=args.no_decode, runs_dir=args.runs)
     return 0
 
 
