@@ -17,7 +17,7 @@ from fairseq's ``checkpoint_last.pt``):
 
 Budgets come from flags or environment variables (flag wins): ``FS_BUDGET`` (preset, default
 ``demo``), ``FS_DIM`` (model width, 256), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (250),
-``FS_MINUTES`` (cap per model in minutes, 12), ``FS_THREADS`` (2), ``FS_MAX_TOKENS`` (4096),
+``FS_MINUTES`` (cap per model in minutes, 12), ``FS_THREADS`` (training threads, 2), ``FS_DECODE_THREADS`` (1), ``FS_MAX_TOKENS`` (4096),
 ``FS_DECODE_SENTENCES`` (test verses decoded, evenly spaced; 200; 0 = all), ``FS_REPEATS``
 (timed passes, 2), ``FS_WORK`` (work directory, ``work``). The defaults aim at about 30
 minutes on 2 CPU cores.
@@ -38,6 +38,7 @@ ENV = {  # flag -> (environment variable, budget key, type)
     "max_tokens": ("FS_MAX_TOKENS", "max_tokens", int),
     "decode_sentences": ("FS_DECODE_SENTENCES", "subset", int),
     "repeats": ("FS_REPEATS", "repeats", int),
+    "decode_threads": ("FS_DECODE_THREADS", "decode_threads", int),
 }
 CONFIG_NAMES = ("vanilla", "cycle_rev_2L")
 
@@ -169,7 +170,7 @@ def render(result, budget) -> str:
         f"against {s.get('references')}.",
         f"Budget `{budget['name']}`: d={budget['dim']}, FFN {budget['ffn']}, L={budget['L']}, "
         f"max {budget['max_update']} updates (cap {budget['max_minutes']} min per model), "
-        f"max tokens {budget['max_tokens']}, {budget['threads']} threads.",
+        f"max tokens {budget['max_tokens']}, {budget['threads']} training threads.",
         "",
     ]
     return "\n".join(lines)

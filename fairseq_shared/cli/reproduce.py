@@ -89,8 +89,12 @@ CONFIGS: List[Dict] = [
 TABLES = ("takase", "albert", "xiao")
 
 # ---------------------------------------------------------------------------- budgets
+# decode_threads: 1 by default. On a 2-core machine shared with anything else, 2 intra-op
+# threads made beam search ~7x slower than 1 thread (OpenMP oversubscription), and small-batch
+# decoding gains little from a second thread anyway; the count is recorded with the numbers.
 _DECODE_DEFAULTS = dict(beam=4, lenpen=1.0, batch_size=64, subset=None, repeats=3,
-                        warmup_passes=1, warmup_batches=None, max_len_a=1.2, max_len_b=10)
+                        warmup_passes=1, warmup_batches=None, max_len_a=1.2, max_len_b=10,
+                        decode_threads=1)
 BUDGETS: Dict[str, Dict] = {
     # for tests: seconds per configuration
     "tiny": dict(L=2, dim=16, ffn=32, heads=2, max_update=8, max_minutes=None,
@@ -365,8 +369,10 @@ def estimate_left(runs: List[Run], budget: Dict) -> str:
         return "all configurations trained"
     cost = sum(budget["max_update"] * r.layer_cost() for r in left)
     if not rates:
-        return (f"{len(left)} configurations to train ({cost // budget['max_update']} "
-                "layer-stacks x max_update); time estimate after the first one finishes")
+        base = 2 * budget["L"]
+        return (f"{len(left)} configurations to train, {cost / budget['max_update'] / base:.0f} "
+                f"vanilla-equivalents of layers x {budget['max_update']} updates; time "
+                "estimate once the first one has finished")
     hours = statistics.median(rates) * cost / 3600
     cap = budget.get("max_minutes")
     if cap:
@@ -538,7 +544,7 @@ def decode_all(runs: List[Run], budget: Dict, data: str, out: str, progress) -> 
     ckpts = {r.name: r.checkpoint for r in trained}
     settings = {k: budget[k] for k in ("beam", "lenpen", "batch_size", "subset", "repeats",
                                        "warmup_passes", "warmup_batches", "max_len_a",
-                                       "max_len_b", "threads", "device")}
+                                       "max_len_b", "decode_threads", "device")}
     key_src = json.dumps({"settings": settings, "ckpts": {
         n: [p, os.path.getmtime(p), os.path.getsize(p)] for n, p in ckpts.items()}},
         sort_keys=True)
@@ -558,7 +564,7 @@ def decode_all(runs: List[Run], budget: Dict, data: str, out: str, progress) -> 
     report = timing.benchmark(
         ckpts, data, decode_args(budget), baseline=baseline, warmup=budget["warmup_passes"],
         warmup_batches=budget["warmup_batches"], repeats=budget["repeats"],
-        subset=budget["subset"], threads=budget["threads"], progress=progress,
+        subset=budget["subset"], threads=budget["decode_threads"], progress=progress,
     )
     timing.write_report(report, ddir)
     with open(done, "w") as f:
