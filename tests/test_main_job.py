@@ -31,7 +31,7 @@ def test_main_job_tiny_end_to_end_and_rerun(toy, tmp_path_factory, capsys):
     out = capsys.readouterr().out
     for k in range(1, 6):
         assert f"=== stage {k}/5" in out or (k == 4 and "and 4: decode" in out)
-    assert "corpus ready" in out
+    assert "using the prepared corpus" in out
     table = open(os.path.join(work, "main_job", "main_job.md")).read()
     rows = [l for l in table.splitlines() if l.startswith("| vanilla") or l.startswith("| cycle_rev")]
     assert len(rows) == 2

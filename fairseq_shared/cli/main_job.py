@@ -7,8 +7,8 @@ Stages, each restartable (re-running skips what is done and valid; a killed trai
 from fairseq's ``checkpoint_last.pt``):
 
 1. setup    check the environment (torch, fairseq, this package) and print the budget;
-2. corpus   ``python -m fairseq_shared.data.bible --out <work>/bible`` (skipped when
-            ``bin/``, ``raw/`` and ``spm.model`` are there, or with ``--data`` a prepared corpus);
+2. corpus   ``python -m fairseq_shared.data.bible --out <work>/bible`` (its own stages skip
+            what is done and valid), or ``--data`` a prepared corpus;
 3. train    vanilla (L+L layers) and cycle_rev (2L+2L layers over L parameter sets per stack:
             the same parameter count), via :mod:`fairseq_shared.cli.reproduce`;
 4. decode   both models with fairseq's generator, interleaved timed passes (:mod:`timing`);
@@ -16,8 +16,8 @@ from fairseq's ``checkpoint_last.pt``):
             ``<work>/main_job/main_job.md``.
 
 Budgets come from flags or environment variables (flag wins): ``FS_BUDGET`` (preset, default
-``demo``), ``FS_DIM`` (model width, 256), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (250),
-``FS_MINUTES`` (cap per model in minutes, 12), ``FS_THREADS`` (training threads, 2), ``FS_DECODE_THREADS`` (1), ``FS_MAX_TOKENS`` (4096),
+``demo``), ``FS_DIM`` (model width, 256), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (200),
+``FS_MINUTES`` (cap per model in minutes, 15), ``FS_THREADS`` (training threads, 2), ``FS_DECODE_THREADS`` (1), ``FS_MAX_TOKENS`` (4096),
 ``FS_DECODE_SENTENCES`` (test verses decoded, evenly spaced; 200; 0 = all), ``FS_REPEATS``
 (timed passes, 2), ``FS_WORK`` (work directory, ``work``). The defaults aim at about 30
 minutes on 2 CPU cores.
@@ -111,15 +111,18 @@ def main(argv=None):
 
     stage(2, "corpus", t0)
     data = args.data or os.path.join(args.work, "bible")
-    if corpus_ready(data):
-        print(f"corpus ready in {data}; skipped", flush=True)
-    elif args.data:
-        raise SystemExit(f"--data {data}: not a prepared corpus (needs bin/, raw/, spm.model)")
+    cmd = [sys.executable, "-m", "fairseq_shared.data.bible", "--out", data]
+    if args.data:
+        if not corpus_ready(data):
+            raise SystemExit(f"--data {data}: not a prepared corpus (needs bin/, raw/, spm.model)")
+        print(f"using the prepared corpus {data}", flush=True)
     elif args.dry_run:
-        print(f"would build the Bible corpus: {sys.executable} -m fairseq_shared.data.bible "
-              f"--out {data}", flush=True)
+        state = "present" if corpus_ready(data) else "missing"
+        print(f"corpus {state}; would run (its stages skip what is done): {' '.join(cmd)}",
+              flush=True)
     else:
-        cmd = [sys.executable, "-m", "fairseq_shared.data.bible", "--out", data]
+        # the corpus builder checks each of its stages (parameters and outputs) and skips
+        # the ones that are done, so it is always run
         print("running: " + " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         if not corpus_ready(data):
