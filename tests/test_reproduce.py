@@ -149,3 +149,30 @@ def test_interrupted_run_resumes_from_checkpoint_last(toy, tmp_path):
     assert "Loaded checkpoint" in train_log and "@ 4 updates" in train_log
     assert train_log.count("done training") == 2
     assert json.load(open(os.path.join(run_dir, "done.json")))["updates"] == 8
+
+
+def test_equal_updates_follows_vanilla(toy, shared_out, tmp_path):
+    """equal_updates: a later configuration gets the updates vanilla reached in its time cap."""
+    import shutil
+
+    configs = reproduce.select_configs(reproduce.CONFIGS, "vanilla,cycle_rev_2L", None)
+    tiny = reproduce.load_budget("tiny")
+    reproduce.reproduce(toy, shared_out, tiny, configs, skip_decode=True, progress=lambda m: None)
+    runs_dir = str(tmp_path / "runs")
+    shutil.copytree(os.path.join(shared_out, "runs"), runs_dir,
+                    ignore=shutil.ignore_patterns("san*"))
+    budget = reproduce.load_budget("tiny", ["max_update=12", "max_minutes=5"])
+    budget["equal_updates"] = True
+    # pretend vanilla stopped at 8 updates because of its 5-minute cap under these limits
+    done_path = os.path.join(runs_dir, "vanilla", "done.json")
+    done = json.load(open(done_path))
+    done["limits"] = {"max_update": 12, "max_minutes": 5}
+    json.dump(done, open(done_path, "w"))
+    log = []
+    reproduce.reproduce(toy, str(tmp_path / "out"), budget, configs, skip_decode=True,
+                        progress=log.append, runs_dir=runs_dir)
+    text = "\n".join(log)
+    assert "vanilla: already trained (8 updates)" in text
+    assert "cycle_rev_2L: max_update 12 -> 8" in text
+    assert "cycle_rev_2L: already trained; skipped" in text
+    assert "starting" not in text and "resuming" not in text

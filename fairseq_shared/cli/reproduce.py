@@ -107,6 +107,7 @@ BUDGETS: Dict[str, Dict] = {
     # 200 updates: vanilla ~8 min at 1500 tok/s, cycle_rev (2x layers) ~14 min; the 15-min cap
     # per model only binds on a slower or busy machine (the table then shows fewer updates)
     "demo": dict(L=3, dim=256, ffn=1024, heads=4, max_update=200, max_minutes=15,
+                 equal_updates=True,
                  max_tokens=4096, lr=0.0015, warmup_updates=60, dropout=0.1, threads=2,
                  save_interval_updates=100, log_interval=10, seed=1, device="cpu",
                  **{**_DECODE_DEFAULTS, "subset": 200, "repeats": 2, "warmup_batches": 2}),
@@ -198,6 +199,8 @@ class Run:
         self.arch = config.get("arch", "shared_transformer")
         self.skip_reason: Optional[str] = None
         self.params: Optional[int] = None
+        # the budget's limit; with budget["equal_updates"], lowered to what vanilla reached
+        self.max_update: int = int(budget["max_update"])
 
     # -- command
     def model_flags(self) -> List[str]:
@@ -227,7 +230,7 @@ class Run:
                "--lr", str(b["lr"]), "--lr-scheduler", "inverse_sqrt",
                "--warmup-updates", str(b["warmup_updates"]), "--warmup-init-lr", "1e-07",
                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-               "--max-tokens", str(b["max_tokens"]), "--max-update", str(b["max_update"]),
+               "--max-tokens", str(b["max_tokens"]), "--max-update", str(self.max_update),
                "--save-dir", self.dir, "--no-epoch-checkpoints",
                "--log-format", "json", "--log-interval", str(b["log_interval"]),
                "--seed", str(b["seed"]), "--num-workers", "0"]
@@ -243,18 +246,18 @@ class Run:
         return cmd
 
     def key(self) -> str:
-        """Hash of the training command without its limits (--max-update, --stop-time-hours):
-        raising a limit continues the same run from checkpoint_last.pt; any other change
-        (model, data, optimizer, batch) starts a new run."""
+        """Hash of the training command without its limits (--max-update, --stop-time-hours)
+        and its location (--save-dir): raising a limit continues the same run from
+        checkpoint_last.pt; any other change (model, data, optimizer, batch) starts anew."""
         cmd = self.train_command()[1:]
-        for flag in ("--max-update", "--stop-time-hours"):
+        for flag in ("--max-update", "--stop-time-hours", "--save-dir"):
             if flag in cmd:
                 i = cmd.index(flag)
                 cmd = cmd[:i] + cmd[i + 2:]
         return hashlib.sha256(json.dumps(cmd).encode()).hexdigest()[:16]
 
     def limits(self) -> Dict:
-        return {"max_update": self.budget["max_update"],
+        return {"max_update": self.max_update,
                 "max_minutes": self.budget.get("max_minutes")}
 
     # -- state
@@ -271,7 +274,7 @@ class Run:
         if info.get("key") != self.key():
             return None
         # finished under the same limits, or already reached this budget's update limit
-        if info.get("limits") == self.limits() or info.get("updates", 0) >= self.budget["max_update"]:
+        if info.get("limits") == self.limits() or info.get("updates", 0) >= self.max_update:
             return info
         return None
 
@@ -471,7 +474,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
         # more update on restart, so finish here instead
         ck = checkpoint_progress(run.checkpoint)
         max_min = run.budget.get("max_minutes")
-        if ck["updates"] >= run.budget["max_update"] or (max_min and ck["seconds"] >= 60 * max_min):
+        if ck["updates"] >= run.max_update or (max_min and ck["seconds"] >= 60 * max_min):
             info = _write_done(run, key, time.time(), log_path,
                                note="complete in checkpoint_last.pt")
             progress(f"[train {k}/{n}] {run.name}: already complete in checkpoint_last.pt "
@@ -481,7 +484,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
              f" (N={run.N}, M={run.M}, {run.strategy}/{run.scope}, "
              f"{run.params:,} params, max {run.budget['max_update']} updates)")
     t0 = time.time()
-    max_update = run.budget["max_update"]
+    max_update = run.max_update
     with open(log_path, "a", encoding="utf-8") as logf:
         logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -787,6 +790,16 @@ def reproduce(data: str, out: str, budget: Dict, configs: List[Dict], dry_run=Fa
             log(f"[train {k}/{len(todo)}] {r.name}: already trained ({r.done_info()['updates']} "
                 "updates); skipped")
             continue
+        if budget.get("equal_updates") and r.name != "vanilla":
+            base = next((v for v in runs if v.name == "vanilla"), None)
+            reached = (base.done_info() or {}).get("updates") if base else None
+            if reached and reached < r.max_update:
+                log(f"[train {k}/{len(todo)}] {r.name}: max_update {r.max_update} -> {reached} "
+                    "(equal_updates: what vanilla reached within its time cap)")
+                r.max_update = reached
+                if r.state() == "done":
+                    log(f"[train {k}/{len(todo)}] {r.name}: already trained; skipped")
+                    continue
         t0 = time.time()
         train(r, log, k, len(todo), t_overall)
         cost_done += r.layer_cost()
