@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
   --arch $ARCH --encoder-layers 3 --decoder-layers 6 \
   --encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
   --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings \
-  --optimizer adam --adam-betas '(0.9, 0.98)' --lr 7e-4 --lr-scheduler inverse_sqrt --warmup-updates 400 \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 300 \
   --dropout 0.1 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
   --max-tokens 3000 $LIMITFLAGS --no-epoch-checkpoints --save-dir work/san/$NAME \
-  --log-format simple --log-interval 50 --num-workers 0 "$@" > work/san/$NAME.train.log 2>&1
+  --log-format simple --log-interval 25 --num-workers 0 "$@" > work/san/$NAME.train.log 2>&1
