@@ -54,6 +54,7 @@ def main():
     p.add_argument("--large-batch", type=int, default=16)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--forced-len", type=int, default=30)
+    p.add_argument("--forced-only", action="store_true")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     torch.set_num_threads(1)
@@ -68,7 +69,7 @@ def main():
     task.load_dataset("test")
     names = list(models)
     cells = []
-    for forced in (None, a.forced_len):
+    for forced in ((a.forced_len,) if a.forced_only else (None, a.forced_len)):
         for beam in (1, 4):
             for bsz in (1, a.large_batch):
                 bs = batches(task, a.sentences, bsz)
