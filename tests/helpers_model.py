@@ -36,3 +36,37 @@ def build_model(arch, flags=(), dictionary=None, seed=1):
     task = TranslationTask(args, dictionary, dictionary)
     torch.manual_seed(seed)
     return task.build_model(args), task
+
+
+def random_batch(task, bsz=3, src_len=7, tgt_len=6, seed=0):
+    """Left-padded sources and right-padded targets, as fairseq batches them."""
+    g = torch.Generator().manual_seed(seed)
+    d = task.source_dictionary
+    src = torch.randint(d.nspecial, len(d), (bsz, src_len), generator=g)
+    src[:, -1] = d.eos()
+    src[0, :2] = d.pad()
+    lengths = (src != d.pad()).sum(1)
+    prev = torch.randint(d.nspecial, len(d), (bsz, tgt_len), generator=g)
+    prev[:, 0] = d.eos()
+    if bsz > 1:
+        prev[1, -2:] = d.pad()
+    return src, lengths, prev
+
+
+def incremental_vs_full(model, task, **batch):
+    """Decoder outputs step by step with a cache, and from one full forward pass.
+
+    Right-padded target positions are ignored by the loss, and fairseq's stock decoder
+    itself differs there between the two modes: only real positions are returned.
+    """
+    src, lengths, prev = random_batch(task, **batch)
+    with torch.no_grad():
+        full, _ = model(src, lengths, prev)
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        state = {}
+        steps = [
+            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0]
+            for t in range(prev.size(1))
+        ]
+    keep = prev.ne(task.target_dictionary.pad())
+    return torch.cat(steps, dim=1)[keep], full[keep], state

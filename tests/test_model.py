@@ -10,7 +10,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_shared.models.shared_transformer import SharedTransformerModel
 from fairseq_shared.param_count import model_params
 from fairseq_shared.sharing import SharingConfigError
-from helpers_model import TINY, build_model
+from helpers_model import TINY, build_model, incremental_vs_full, random_batch
 
 torch.set_num_threads(1)
 
@@ -40,32 +40,11 @@ def tiny(strategy="cycle_rev", m="2", scope="all", extra=(), arch="shared_transf
     return model.double(), task
 
 
-def random_batch(task, bsz=3, src_len=7, tgt_len=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    d = task.source_dictionary
-    src = torch.randint(d.nspecial, len(d), (bsz, src_len), generator=g)
-    src[:, -1] = d.eos()
-    src[0, :2] = d.pad()  # left padding, as fairseq batches sources
-    lengths = (src != d.pad()).sum(1)
-    prev = torch.randint(d.nspecial, len(d), (bsz, tgt_len), generator=g)
-    prev[:, 0] = d.eos()
-    return src, lengths, prev
-
-
 @pytest.mark.parametrize("strategy,m", STRATEGIES)
 @pytest.mark.parametrize("scope", SCOPES)
 def test_incremental_decoding_matches_full_forward(strategy, m, scope):
     model, task = tiny(strategy, m, scope)
-    src, lengths, prev = random_batch(task)
-    with torch.no_grad():
-        full, _ = model(src, lengths, prev)
-        encoder_out = model.encoder(src, src_lengths=lengths)
-        state = {}
-        steps = [
-            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0]
-            for t in range(prev.size(1))
-        ]
-    incremental = torch.cat(steps, dim=1)
+    incremental, full, state = incremental_vs_full(model, task)
     assert incremental.shape == full.shape
     # fairseq's attention softmax runs in float32 even for a float64 model: ~1e-7 noise;
     # a wrong cache shows up as differences of order 1e-1.

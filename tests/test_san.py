@@ -11,7 +11,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from fairseq_shared.cli.convert_policy import convert_model
 from fairseq_shared.modules.san import FollowerSelfAttention
 from fairseq_shared.policy import PolicyError
-from helpers_model import TINY, build_model
+from helpers_model import TINY, build_model, incremental_vs_full, random_batch
 
 torch.set_num_threads(1)
 
@@ -41,35 +41,6 @@ def tiny(flags=(), arch="shared_transformer", seed=1, double=True):
     model, task = build_model(arch, TINY + list(flags), seed=seed)
     model.eval()
     return (model.double() if double else model), task
-
-
-def random_batch(task, bsz=3, src_len=7, tgt_len=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    d = task.source_dictionary
-    src = torch.randint(d.nspecial, len(d), (bsz, src_len), generator=g)
-    src[:, -1] = d.eos()
-    src[0, :2] = d.pad()
-    lengths = (src != d.pad()).sum(1)
-    prev = torch.randint(d.nspecial, len(d), (bsz, tgt_len), generator=g)
-    prev[:, 0] = d.eos()
-    prev[1, -2:] = d.pad()  # right padding in the target, as fairseq batches targets
-    return src, lengths, prev
-
-
-def incremental_vs_full(model, task):
-    src, lengths, prev = random_batch(task)
-    with torch.no_grad():
-        full, _ = model(src, lengths, prev)
-        encoder_out = model.encoder(src, src_lengths=lengths)
-        state = {}
-        steps = [
-            model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0]
-            for t in range(prev.size(1))
-        ]
-    # right-padded target positions are ignored by the loss, and fairseq's stock decoder
-    # itself differs there between the two modes; compare the real positions
-    keep = prev.ne(task.target_dictionary.pad())
-    return torch.cat(steps, dim=1)[keep], full[keep], state
 
 
 # ---- the default is fairseq's decoder ---------------------------------------------------
