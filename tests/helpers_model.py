@@ -3,6 +3,7 @@
 import torch
 from fairseq import options
 from fairseq.data import Dictionary
+from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.translation import TranslationTask
 
 import fairseq_shared  # noqa: F401  (registers the architectures)
@@ -70,3 +71,20 @@ def incremental_vs_full(model, task, **batch):
         ]
     keep = prev.ne(task.target_dictionary.pad())
     return torch.cat(steps, dim=1)[keep], full[keep], state
+
+
+def beam_search(model, task, src, lengths, use_cache, beam=4):
+    """fairseq's beam search; ``use_cache=False`` recomputes the whole prefix each step."""
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=8)
+    generator.model.has_incremental = use_cache
+    with torch.no_grad():
+        return generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+
+
+def cached_and_recomputed_beams(model, task, src, lengths, beam=4):
+    """Pairs (cached, recomputed) of the hypotheses of every sentence and beam."""
+    cached = beam_search(model, task, src, lengths, use_cache=True, beam=beam)
+    recomputed = beam_search(model, task, src, lengths, use_cache=False, beam=beam)
+    for hyps_a, hyps_b in zip(cached, recomputed):
+        assert len(hyps_a) == len(hyps_b) == beam
+        yield from zip(hyps_a, hyps_b)

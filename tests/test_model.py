@@ -5,12 +5,18 @@ import itertools
 
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_shared.models.shared_transformer import SharedTransformerModel
 from fairseq_shared.param_count import model_params
 from fairseq_shared.sharing import SharingConfigError
-from helpers_model import TINY, build_model, incremental_vs_full, random_batch
+from helpers_model import (
+    TINY,
+    beam_search,
+    build_model,
+    cached_and_recomputed_beams,
+    incremental_vs_full,
+    random_batch,
+)
 
 torch.set_num_threads(1)
 
@@ -53,25 +59,14 @@ def test_incremental_decoding_matches_full_forward(strategy, m, scope):
     assert len(state) == 8
 
 
-def _beam_search(model, task, src, lengths, use_cache):
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=8)
-    generator.model.has_incremental = use_cache  # False: recompute the whole prefix each step
-    with torch.no_grad():
-        return generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
-
-
 @pytest.mark.parametrize("strategy,m", STRATEGIES)
 @pytest.mark.parametrize("scope", ["all", "attn"])
 def test_beam_search_with_cache_matches_recomputation(strategy, m, scope):
     model, task = tiny(strategy, m, scope, seed=3)
     src, lengths, _ = random_batch(task, bsz=4, seed=5)
-    cached = _beam_search(model, task, src, lengths, use_cache=True)
-    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
-    for hyps_a, hyps_b in zip(cached, recomputed):
-        assert len(hyps_a) == len(hyps_b) == 4
-        for a, b in zip(hyps_a, hyps_b):
-            assert torch.equal(a["tokens"], b["tokens"])
-            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+    for a, b in cached_and_recomputed_beams(model, task, src, lengths):
+        assert torch.equal(a["tokens"], b["tokens"])
+        torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
 
 
 def test_reusing_one_layer_object_breaks_the_cache_check():
@@ -79,8 +74,8 @@ def test_reusing_one_layer_object_breaks_the_cache_check():
     model, task = tiny("none", None)
     model.decoder.layers[2] = model.decoder.layers[1]
     src, lengths, _ = random_batch(task, bsz=4, seed=5)
-    cached = _beam_search(model, task, src, lengths, use_cache=True)
-    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
+    cached = beam_search(model, task, src, lengths, use_cache=True)
+    recomputed = beam_search(model, task, src, lengths, use_cache=False)
     differs = any(
         not torch.equal(a["tokens"], b["tokens"]) or abs(float(a["score"] - b["score"])) > 1e-6
         for ha, hb in zip(cached, recomputed)

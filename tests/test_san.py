@@ -6,12 +6,18 @@ import copy
 import pytest
 import torch
 from fairseq.models.transformer import TransformerModel
-from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_shared.cli.convert_policy import convert_model
 from fairseq_shared.modules.san import FollowerSelfAttention
 from fairseq_shared.policy import PolicyError
-from helpers_model import TINY, build_model, incremental_vs_full, random_batch
+from helpers_model import (
+    TINY,
+    beam_search,
+    build_model,
+    cached_and_recomputed_beams,
+    incremental_vs_full,
+    random_batch,
+)
 
 torch.set_num_threads(1)
 
@@ -164,26 +170,15 @@ def test_pre_norm_and_encoder_policy_incremental_matches_full():
     torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
 
 
-def _beam_search(model, task, src, lengths, use_cache, beam=4):
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=8)
-    generator.model.has_incremental = use_cache  # False: recompute the whole prefix each step
-    with torch.no_grad():
-        return generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
-
-
 @pytest.mark.parametrize("share", [False, True], ids=["no-param-sharing", "cycle_rev"])
 @pytest.mark.parametrize("self_p,cross_p,reuse", POLICIES[:4])
 def test_beam_search_with_cache_matches_recomputation(self_p, cross_p, reuse, share):
     model, task = tiny(san_flags(self_p, cross_p, reuse, CYCLE_REV if share else ()), seed=3)
     src, lengths, _ = random_batch(task, bsz=4, seed=5)
-    cached = _beam_search(model, task, src, lengths, use_cache=True)
-    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
-    for hyps_a, hyps_b in zip(cached, recomputed):
-        assert len(hyps_a) == len(hyps_b) == 4
-        for a, b in zip(hyps_a, hyps_b):
-            assert torch.equal(a["tokens"], b["tokens"])
-            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
-            assert a["attention"] is not None  # followers return their leader's alignment
+    for a, b in cached_and_recomputed_beams(model, task, src, lengths):
+        assert torch.equal(a["tokens"], b["tokens"])
+        torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+        assert a["attention"] is not None  # followers return their leader's alignment
 
 
 def test_unreordered_value_cache_would_break_beam_search():
@@ -196,8 +191,8 @@ def test_unreordered_value_cache_would_break_beam_search():
                 lambda state, order, right=right: right(state, order.flip(0))
             )
     src, lengths, _ = random_batch(task, bsz=4, seed=5)
-    cached = _beam_search(model, task, src, lengths, use_cache=True)
-    recomputed = _beam_search(model, task, src, lengths, use_cache=False)
+    cached = beam_search(model, task, src, lengths, use_cache=True)
+    recomputed = beam_search(model, task, src, lengths, use_cache=False)
     assert any(
         not torch.equal(a["tokens"], b["tokens"]) or abs(float(a["score"] - b["score"])) > 1e-6
         for ha, hb in zip(cached, recomputed)
