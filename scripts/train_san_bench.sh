@@ -1,10 +1,10 @@
 #!/bin/bash
 # Train one model for the SAN speed benchmark on the Bible corpus (2 CPU threads).
-# usage: scripts/train_san_bench.sh NAME ARCH STOP_HOURS|--max-update=N [extra fairseq-train flags]
+# usage: [OMP_NUM_THREADS=N] scripts/train_san_bench.sh NAME ARCH STOP_HOURS|--max-update=N [extra fairseq-train flags]
 set -e
 NAME=$1; ARCH=$2; LIMIT=$3; shift 3
 if [[ $LIMIT == --max-update=* ]]; then LIMITFLAGS="--max-update ${LIMIT#--max-update=}"; else LIMITFLAGS="--stop-time-hours $LIMIT --max-update 100000"; fi
-export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} MKL_NUM_THREADS=${OMP_NUM_THREADS:-2}
 .venv/bin/fairseq-train work/bible/bin --user-dir fairseq_shared --cpu --seed 1 \
   --arch $ARCH --encoder-layers 3 --decoder-layers 6 \
   --encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \

@@ -377,6 +377,26 @@ def test_learn_policy_accumulator_on_recorded_attention():
     assert learn(js, 1.0) == {"self": [1] * 6, "cross": [1] * 6}
 
 
+def test_learn_policy_sweep_lists_every_threshold_and_similarity():
+    from fairseq_shared.cli.learn_policy import format_sweep, sweep
+
+    # self: layers 2-3 identical per head, 1 far; head averages make 1-3 close too
+    js = {
+        "self_per_head": torch.tensor([[0.0, 0.5, 0.5], [0.5, 0.0, 0.0], [0.5, 0.0, 0.0]]),
+        "self_head_avg": torch.tensor([[0.0, 0.05, 0.05], [0.05, 0.0, 0.0], [0.05, 0.0, 0.0]]),
+        "cross_per_head": torch.tensor([[0.0, 0.3, 0.6], [0.3, 0.0, 0.3], [0.6, 0.3, 0.0]]),
+        "cross_head_avg": torch.tensor([[0.0, 0.3, 0.6], [0.3, 0.0, 0.3], [0.6, 0.3, 0.0]]),
+    }
+    table = sweep(js, [0.4, 0.6, 0.9])
+    assert table["per_head"]["0.9"] == {"self": "1,2", "cross": "1,1,1"}
+    assert table["head_avg"]["0.9"] == {"self": "3", "cross": "1,1,1"}
+    # cross 1-3 block: mean similarity (0.7 + 0.4 + 0.7) / 3 = 0.6 is not > 0.6
+    assert table["per_head"]["0.6"]["cross"] == "2,1"
+    assert table["per_head"]["0.4"]["cross"] == "3"
+    md = format_sweep(table)
+    assert md.count("\n") == 1 + 6 and "| head_avg | 0.9 | 3 | 1,1,1 |" in md
+
+
 def test_transformer_san_family_is_registered_in_every_size():
     from fairseq.models import ARCH_MODEL_REGISTRY, ARCH_CONFIG_REGISTRY
     from helpers_model import parse_args

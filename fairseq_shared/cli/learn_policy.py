@@ -10,7 +10,8 @@ batch items and non-pad target positions, both per head (each head against the s
 head of the other layer: what SAN shares) and between head-averaged distributions.
 ``mu = 1 - JS``; blocks are formed greedily from layer 1, largest block with mean pairwise
 similarity > theta first (see :mod:`fairseq_shared.policy`). Which of the two similarities
-forms the policy is ``--similarity`` (default ``per_head``).
+forms the policy is ``--similarity`` (default ``per_head``). ``--sweep 0.7,0.8,0.9`` also
+records the policy every listed threshold gives with either similarity (``DIR/sweep.md``).
 
 Writes ``DIR/policy.json`` (policies, matrices, settings), ``DIR/policy.txt`` (the
 fairseq-train flags) and ``DIR/similarity.png`` (JS heat-maps in the style of the
@@ -120,6 +121,26 @@ def learn(js: Dict[str, torch.Tensor], theta: float, similarity: str = "per_head
     return out
 
 
+def sweep(js: Dict[str, torch.Tensor], thetas: List[float]) -> Dict[str, Dict[str, Dict[str, str]]]:
+    """The policy each threshold and similarity kind would give, from the same matrices:
+    ``{similarity: {theta: {"self": "1,5", "cross": "2,2,2"}}}``."""
+    return {
+        similarity: {
+            str(theta): {k: format_policy(v) for k, v in learn(js, theta, similarity).items()}
+            for theta in thetas
+        }
+        for similarity in ("per_head", "head_avg")
+    }
+
+
+def format_sweep(table: Dict[str, Dict[str, Dict[str, str]]]) -> str:
+    lines = ["| similarity | theta | self | cross |", "|---|---:|---|---|"]
+    for similarity, by_theta in table.items():
+        for theta, policy in by_theta.items():
+            lines.append(f"| {similarity} | {theta} | {policy.get('self', '')} | {policy.get('cross', '')} |")
+    return "\n".join(lines)
+
+
 def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
     import matplotlib
 
@@ -158,7 +179,7 @@ def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
 
 def learn_policy(checkpoint: str, out_dir: str, data: Optional[str] = None, subset: str = "valid",
                  theta: float = 0.9, similarity: str = "per_head", max_sentences: int = 400,
-                 max_tokens: int = 4000) -> Dict[str, List[int]]:
+                 max_tokens: int = 4000, sweep_thetas: Optional[List[float]] = None) -> Dict[str, List[int]]:
     model, cfg, task = load(checkpoint, data)
     acc = collect(model, task, subset, max_sentences, max_tokens)
     js = acc.js()
@@ -177,6 +198,10 @@ def learn_policy(checkpoint: str, out_dir: str, data: Optional[str] = None, subs
         },
         "js": {k: [[round(float(x), 5) for x in row] for row in v] for k, v in js.items()},
     }
+    if sweep_thetas:
+        record["sweep"] = sweep(js, sweep_thetas)
+        with open(os.path.join(out_dir, "sweep.md"), "w") as f:
+            f.write(format_sweep(record["sweep"]) + "\n")
     with open(os.path.join(out_dir, "policy.json"), "w") as f:
         json.dump(record, f, indent=1)
     flags = []
@@ -203,12 +228,21 @@ def main(argv=None):
     p.add_argument("--similarity", choices=("per_head", "head_avg"), default="per_head")
     p.add_argument("--max-sentences", type=int, default=400)
     p.add_argument("--max-tokens", type=int, default=4000)
+    p.add_argument("--sweep", default=None, metavar="THETAS",
+                   help="also record the policies these comma-separated thresholds would give, "
+                   "for both similarity kinds (DIR/sweep.md, 'sweep' in policy.json)")
     p.add_argument("--out-dir", required=True)
     a = p.parse_args(argv)
+    thetas = None
+    if a.sweep:
+        try:
+            thetas = [float(t) for t in a.sweep.split(",")]
+        except ValueError:
+            p.error(f"--sweep: expected comma-separated numbers such as 0.7,0.8,0.9, got {a.sweep!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     policy = learn_policy(a.checkpoint, a.out_dir, a.data, a.subset, a.theta, a.similarity,
-                          a.max_sentences, a.max_tokens)
+                          a.max_sentences, a.max_tokens, thetas)
     print(" ".join(f"--san-{k}-policy {format_policy(v)}" for k, v in policy.items()))
 
 

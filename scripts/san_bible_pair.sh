@@ -1,0 +1,40 @@
+#!/bin/bash
+# The trained vanilla / SAN pair on the Bible corpus behind results/san_bible.md.
+#
+#   scripts/san_bible_pair.sh [STOP_HOURS]        (default 1.4; needs work/bible, see README)
+#   SKIP_TRAIN=1 scripts/san_bible_pair.sh         (steps 2-4 on the existing checkpoints)
+#
+# 1. Trains both models from scratch at the same time, one thread each, same seed and flags
+#    (d=256, encoder 3 / decoder 6 layers); SAN = the paper's policy self 1,5 / cross 2,2,2.
+#    Checkpoints every 200 updates.
+# 2. Takes the latest update count that both runs saved (equal updates, as in the paper).
+# 3. Learns a policy from the trained vanilla model (Figure-2-style heat-maps).
+# 4. Times decoding (wall clock, interleaved, 2 threads: beam 1/4 x batch 1/64, free and forced
+#    to reference lengths), scores BLEU/chrF on the full test set and measures the cache.
+set -e
+cd "$(dirname "$0")/.."
+HOURS=${1:-1.4}
+PY=.venv/bin/python
+if [ -z "$SKIP_TRAIN" ]; then
+OMP_NUM_THREADS=1 scripts/train_san_bench.sh bible_vanilla shared_transformer "$HOURS" \
+  --save-interval-updates 200 --keep-interval-updates 12 &
+OMP_NUM_THREADS=1 scripts/train_san_bench.sh bible_san transformer_san "$HOURS" \
+  --save-interval-updates 200 --keep-interval-updates 12 --san-self-policy 1,5 --san-cross-policy 2,2,2 &
+wait
+fi
+
+updates() { ls work/san/$1 | sed -n 's/^checkpoint_[0-9]*_\([0-9]*\)\.pt$/\1/p' | sort -n; }
+COMMON=$(comm -12 <(updates bible_vanilla | sort) <(updates bible_san | sort) | sort -n | tail -1)
+echo "common update count: $COMMON"
+V=$(ls work/san/bible_vanilla/checkpoint_*_"$COMMON".pt)
+S=$(ls work/san/bible_san/checkpoint_*_"$COMMON".pt)
+
+$PY -m fairseq_shared.cli.learn_policy "$V" --data work/bible/bin --subset valid \
+  --sweep 0.6,0.7,0.75,0.8,0.85,0.9 --out-dir work/san/bible_vanilla_policy
+cp work/san/bible_vanilla_policy/similarity.png results/san_similarity_bible_trained.png
+cp work/san/bible_vanilla_policy/policy.json results/san_policy_bible_trained.json
+cp work/san/bible_vanilla_policy/sweep.md results/san_policy_sweep_bible_trained.md
+
+OMP_NUM_THREADS=2 $PY scripts/bench_san.py --data work/bible --vanilla "$V" --san "$S" \
+  --threads 2 --repeats 3 --subset-small 40 --subset-large 256 --large-batch 64 \
+  --out results/san_bible.md
