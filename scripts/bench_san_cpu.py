@@ -8,6 +8,9 @@ results/san_speed.md); one thread's CPU time counts only this process's work.
 
     python scripts/bench_san_cpu.py --data work/bible/bin --models vanilla=A.pt,san=B.pt \\
         [--sentences 16] [--large-batch 16] [--rounds 5] [--forced-len 30] --out OUT.json
+    python scripts/bench_san_cpu.py --render OUT.json     # its Markdown table again
+
+Writes OUT.json after every cell and OUT.md (the table) at the end.
 """
 
 import argparse
@@ -46,7 +49,29 @@ def run(model, task, bs, beam, forced_len):
     return time.process_time() - c0, time.perf_counter() - w0, tokens, sents
 
 
+def markdown(doc) -> str:
+    """One row per cell and model: CPU tok/s median (min-max), sent/s, ratios to the baseline."""
+    lines = [f"Command: `{doc['command']}`", "",
+             "| decoding | beam | batch | model | out tokens | tok/s (CPU) | sent/s (CPU) | "
+             "tok/s vs baseline | sent/s vs baseline | wall-time ratio |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for cell in doc["cells"]:
+        decoding = f"forced {cell['forced_len']}" if cell["forced_len"] else "free"
+        for name, m in cell["models"].items():
+            tok = m["cpu_tok_s"]
+            lines.append(
+                f"| {decoding} | {cell['beam']} | {cell['batch']} | {name} | {m['tokens']} | "
+                f"{statistics.median(tok):.1f} ({min(tok):.1f}-{max(tok):.1f}) | "
+                f"{statistics.median(m['cpu_sent_s']):.2f} | x{m['cpu_ratio']:.2f} | "
+                f"x{m['cpu_sent_ratio']:.2f} | x{m['wall_ratio']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--render":
+        with open(sys.argv[2]) as f:
+            print(markdown(json.load(f)), end="")
+        return
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
     p.add_argument("--models", required=True, help="name=ckpt,... ; the first is the baseline")
@@ -102,6 +127,8 @@ def main():
                 cells.append(cell)
                 with open(a.out, "w") as f:
                     json.dump({"command": "python " + " ".join(sys.argv), "cells": cells}, f, indent=1)
+    with open(os.path.splitext(a.out)[0] + ".md", "w") as f:
+        f.write(markdown({"command": "python " + " ".join(sys.argv), "cells": cells}))
 
 
 if __name__ == "__main__":

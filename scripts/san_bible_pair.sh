@@ -2,7 +2,7 @@
 # The trained vanilla / SAN pair on the Bible corpus behind results/san_bible.md.
 #
 #   scripts/san_bible_pair.sh [STOP_HOURS]        (default 1.4; needs work/bible, see README)
-#   SKIP_TRAIN=1 scripts/san_bible_pair.sh         (steps 2-4 on the existing checkpoints)
+#   SKIP_TRAIN=1 scripts/san_bible_pair.sh         (steps 2-6 on the existing checkpoints)
 #
 # 1. Trains both models from scratch at the same time, one thread each, same seed and flags
 #    (d=256, encoder 3 / decoder 6 layers); SAN = the paper's policy self 1,5 / cross 2,2,2.
@@ -11,6 +11,8 @@
 # 3. Learns a policy from the trained vanilla model (Figure-2-style heat-maps).
 # 4. Times decoding (wall clock, interleaved, 2 threads: beam 1/4 x batch 1/64, free and forced
 #    to reference lengths), scores BLEU/chrF on the full test set and measures the cache.
+# 5. Times the same grid by CPU time (robust to other jobs on the machine).
+# 6. Paired bootstrap significance of the BLEU/chrF difference (sacreBLEU).
 set -e
 cd "$(dirname "$0")/.."
 HOURS=${1:-1.4}
@@ -38,3 +40,15 @@ cp work/san/bible_vanilla_policy/sweep.md results/san_policy_sweep_bible_trained
 OMP_NUM_THREADS=2 $PY scripts/bench_san.py --data work/bible --vanilla "$V" --san "$S" \
   --threads 2 --repeats 3 --subset-small 40 --subset-large 256 --large-batch 64 \
   --out results/san_bible.md
+
+# 5. Contention-robust timing: the process's CPU time, one thread, 5 interleaved rounds.
+OMP_NUM_THREADS=1 $PY scripts/bench_san_cpu.py --data work/bible/bin \
+  --models vanilla="$V",san_output="$S",san_context=work/san/bible_san/checkpoint_context.pt \
+  --sentences 32 --large-batch 32 --rounds 5 --forced-len 30 --out results/san_bible_cpu.json
+
+# 6. Is the BLEU difference significant? Hypotheses of the full test set (beam 4), then
+#    sacreBLEU's paired bootstrap resampling (1000 samples) against the vanilla model.
+$PY -m fairseq_shared.cli.time_generate work/bible -c vanilla="$V" -c san="$S" --baseline vanilla \
+  --warmup 0 --repeats 1 --threads 2 --out work/san/bible_pair_decode -- --beam 4 --lenpen 1.0 --batch-size 64 --cpu
+.venv/bin/sacrebleu work/bible/raw/test.en -i work/san/bible_pair_decode/hyp.vanilla.txt \
+  work/san/bible_pair_decode/hyp.san.txt -m bleu chrf --paired-bs -f text | tee results/san_bible_significance.txt
