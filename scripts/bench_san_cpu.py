@@ -26,11 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import fairseq_shared  # noqa: E402,F401
 from fairseq import checkpoint_utils  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+from fairseq_shared.timing import select_ids  # noqa: E402
 
 
 def batches(task, n, bsz):
     ds = task.dataset("test")
-    ids = [int(i) for i in torch.linspace(0, len(ds) - 1, n).round().long()]
+    ids = select_ids(len(ds), n).tolist()
     return [ds.collater([ds[i] for i in ids[k:k + bsz]]) for k in range(0, n, bsz)]
 
 
@@ -82,6 +83,7 @@ def main():
     p.add_argument("--forced-only", action="store_true")
     p.add_argument("--out", required=True)
     a = p.parse_args()
+    command = "python " + " ".join(sys.argv)
     torch.set_num_threads(1)
     models = {}
     task = None
@@ -126,9 +128,9 @@ def main():
                           f"ratio x{c['cpu_ratio']:.2f}; wall ratio x{c['wall_ratio']:.2f}; tokens {tok}", flush=True)
                 cells.append(cell)
                 with open(a.out, "w") as f:
-                    json.dump({"command": "python " + " ".join(sys.argv), "cells": cells}, f, indent=1)
+                    json.dump({"command": command, "cells": cells}, f, indent=1)
     with open(os.path.splitext(a.out)[0] + ".md", "w") as f:
-        f.write(markdown({"command": "python " + " ".join(sys.argv), "cells": cells}))
+        f.write(markdown({"command": command, "cells": cells}))
 
 
 if __name__ == "__main__":
