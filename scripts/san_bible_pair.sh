@@ -46,9 +46,11 @@ OMP_NUM_THREADS=1 $PY scripts/bench_san_cpu.py --data work/bible/bin \
   --models vanilla="$V",san_output="$S",san_context=work/san/bible_san/checkpoint_context.pt \
   --sentences 32 --large-batch 32 --rounds 5 --forced-len 30 --out results/san_bible_cpu.json
 
-# 6. Is the BLEU difference significant? Hypotheses of the full test set (beam 4), then
+# 6. Is the BLEU difference significant? Hypotheses of the full test set, decoded as in the
+#    BLEU row of step 4 (beam 4, batch 64, max length 1.2 x source + 10), then
 #    sacreBLEU's paired bootstrap resampling (1000 samples) against the vanilla model.
 $PY -m fairseq_shared.cli.time_generate work/bible -c vanilla="$V" -c san="$S" --baseline vanilla \
-  --warmup 0 --repeats 1 --threads 2 --out work/san/bible_pair_decode -- --beam 4 --lenpen 1.0 --batch-size 64 --cpu
+  --warmup 0 --repeats 1 --threads 2 --out work/san/bible_pair_decode \
+  -- --beam 4 --lenpen 1.0 --batch-size 64 --max-len-a 1.2 --max-len-b 10 --cpu
 .venv/bin/sacrebleu work/bible/raw/test.en -i work/san/bible_pair_decode/hyp.vanilla.txt \
   work/san/bible_pair_decode/hyp.san.txt -m bleu chrf --paired-bs -f text | tee results/san_bible_significance.txt
