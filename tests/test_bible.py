@@ -182,12 +182,14 @@ def test_install_script_when_present_or_not_root(tmp_path):
         proc = subprocess.run(["bash", script], capture_output=True, text=True)
         assert proc.returncode == 0 and "present" in proc.stdout
     if os.geteuid() == 0:
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script)]
+        # the script goes in on stdin and runs from /: the checkout may sit in a directory
+        # that the unprivileged user cannot read (a mktemp -d clone is mode 700)
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-s"]
         if subprocess.run(["which", "setpriv"], capture_output=True).returncode != 0:
             pytest.skip("no setpriv to run the script as a non-root user")
     else:
-        cmd = ["bash", str(script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True,
+        cmd = ["bash", "-s"]
+    proc = subprocess.run(cmd, input=script.read_text(), capture_output=True, text=True, cwd="/",
                           env=dict(ENV, SWORD_PATH=str(tmp_path)))
     assert proc.returncode == 1
     assert "apt-get install -y sword-text-sparv sword-text-web" in proc.stderr
