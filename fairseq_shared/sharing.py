@@ -4,6 +4,11 @@ Pure functions only: everything here can be tested without building a model.
 
 Set indices returned by :func:`layer_assignment` are 0-based (layer ``i`` uses set
 ``assignment[i]``); the papers and the ``--*-share-strategy`` pattern syntax are 1-based.
+
+The named strategies are exactly Takase & Kiyono's code (github.com/takase/share_layer_params,
+``fairseq/models/transformer.py``), whose flag is k = layers per set and M = ceil(N/k). One
+rule for all three: an M that no k gives is refused (:func:`valid_set_counts`); sequence uses
+the smallest k that gives M, k = ceil(N/M). Any other map is an explicit pattern.
 """
 
 import math
@@ -22,6 +27,11 @@ _SCOPE_PREFIXES = {
 
 class SharingConfigError(ValueError):
     """An invalid sharing flag; the message names the flag and the allowed values."""
+
+
+class SharingMismatchError(ValueError):
+    """A state saved under one sharing configuration cannot be loaded exactly into another;
+    the message names both configurations."""
 
 
 def _allowed_strategies() -> str:
@@ -54,13 +64,27 @@ def parse_pattern(pattern: str, num_layers: int, flag: str) -> List[int]:
     return [i - 1 for i in ids]
 
 
-def valid_sequence_set_counts(num_layers: int) -> List[int]:
-    """Values of M that the authors' sequence strategy can express for N layers.
+def valid_set_counts(num_layers: int) -> List[int]:
+    """Values of M that the authors' code can express for N layers (every strategy).
 
-    Takase & Kiyono's code is parameterised by k = layers per set and uses
-    M = ceil(N / k) sets; layer i (0-based) uses set i // k.
+    Takase & Kiyono's code (github.com/takase/share_layer_params,
+    ``fairseq/models/transformer.py``, ``--share-layer-num``) is parameterised by
+    k = layers per set and builds M = ceil(N / k) sets. An M no k produces (N=6, M=4) is
+    refused by sequence, cycle and cycle_rev alike: give an explicit pattern instead.
     """
     return sorted({math.ceil(num_layers / k) for k in range(1, num_layers + 1)})
+
+
+valid_sequence_set_counts = valid_set_counts  # the name before cycle/cycle_rev used it too
+
+
+def _cycle_rev(N: int, M: int) -> List[int]:
+    """The authors' cycle_reverse, step by step as their code builds the stack: the M base
+    layers, then N - 2M cycled layers (none when N < 2M), then the base layers in reverse
+    order for the remaining positions (N=10, M=4: 1 2 3 4 1 2 4 3 2 1; N=5, M=3: 1 2 3 3 2)."""
+    sets = list(range(M)) + [i % M for i in range(max(N - 2 * M, 0))]
+    sets += [M - 1 - (i % M) for i in range(N - len(sets))]
+    return sets
 
 
 def layer_assignment(
@@ -122,20 +146,19 @@ def layer_assignment(
         raise SharingConfigError(
             f"{sets_flag} must satisfy 1 <= M <= {stack} layers ({N}); got {M}"
         )
+    k = math.ceil(N / M)  # layers per set: the smallest k that gives M sets
+    if math.ceil(N / k) != M:
+        raise SharingConfigError(
+            f"{sets_flag}={M} cannot be expressed by the {strategy} strategy for {N} layers "
+            f"(the authors' code takes k layers per set and builds M = ceil(N/k) sets); "
+            f"allowed values: {valid_set_counts(N)}, or give an explicit pattern "
+            f"to {strategy_flag}"
+        )
     if strategy == "sequence":
-        k = math.ceil(N / M)
-        if math.ceil(N / k) != M:
-            raise SharingConfigError(
-                f"{sets_flag}={M} cannot be expressed by the sequence strategy for {N} layers "
-                f"(the authors' code uses k = ceil(N/M) layers per set and M = ceil(N/k) sets); "
-                f"allowed values: {valid_sequence_set_counts(N)}, or give an explicit pattern "
-                f"to {strategy_flag}"
-            )
         return [i // k for i in range(N)]
     if strategy == "cycle":
         return [i % M for i in range(N)]
-    # cycle_rev: cycle over the first N - M layers, then the last M layers use sets M..1.
-    return [i % M if i < N - M else N - 1 - i for i in range(N)]
+    return _cycle_rev(N, M)
 
 
 def num_sets(assignment: Sequence[int]) -> int:
@@ -160,3 +183,47 @@ def in_scope(param_name: str, scope: str) -> bool:
 def format_assignment(assignment: Sequence[int]) -> str:
     """1-based, as in the papers: ``1 2 3 3 2 1``."""
     return " ".join(str(s + 1) for s in assignment)
+
+
+def canonical(assignment: Sequence[int]) -> List[int]:
+    """Renumber sets in order of first use (``[2, 0, 2] -> [0, 1, 0]``): the partition only."""
+    first: dict = {}
+    return [first.setdefault(s, len(first)) for s in assignment]
+
+
+def describe(assignment: Sequence[int], scope: str) -> str:
+    """A layer-to-set map in words: the named strategy that gives it, when one does.
+
+    ``describe([0, 1, 2, 2, 1, 0], "all") == "cycle_rev M=3 (1 2 3 3 2 1), scope=all"``.
+    """
+    a = canonical(assignment)
+    N, M = len(a), max(a) + 1 if a else 0
+    name = "pattern"
+    if M == N:
+        name = "none (no sharing)"
+    elif M == 1:
+        name = "universal"
+    else:
+        for strategy in ("sequence", "cycle", "cycle_rev"):
+            try:
+                if layer_assignment(strategy, N, M) == a:
+                    name = f"{strategy} M={M}"
+                    break
+            except SharingConfigError:
+                break
+    return f"{name} ({format_assignment(a)}), scope={scope}"
+
+
+def restrict(assignment: Sequence[int], kept: Sequence[int], stack: str = "encoder") -> List[int]:
+    """The sets of the positions LayerDrop pruning keeps (``--{stack}-layers-to-keep``).
+
+    Each kept layer keeps its set; set ids are renumbered in order of first use.
+    """
+    flag = f"--{stack}-layers-to-keep"
+    N = len(assignment)
+    if not kept or len(set(kept)) != len(kept) or any(not 0 <= i < N for i in kept):
+        raise SharingConfigError(
+            f"{flag}: {','.join(map(str, kept))} must name distinct 0-based layer indices "
+            f"between 0 and {N - 1} (the {stack} has {N} layers)"
+        )
+    return canonical([assignment[i] for i in sorted(kept)])
