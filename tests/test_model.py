@@ -216,3 +216,92 @@ def test_architecture_defaults_follow_the_papers():
         "transformer_sequence", TINY + ["--decoder-layers", "6", "--decoder-unique-layers", "3"]
     )
     assert override.sharing["decoder"].assignment == [0, 0, 1, 1, 2, 2]
+
+
+# ---- loading across sharing configurations (issue 10, item 4) ---------------------------
+from fairseq_shared.sharing import SharingMismatchError  # noqa: E402
+
+
+def _decoder_out(model, task):
+    src, lengths, prev = random_batch(task, seed=11)
+    with torch.no_grad():
+        return model(src, lengths, prev)[0]
+
+
+def test_state_dict_records_each_stacks_map_and_scope():
+    model, _ = tiny("cycle_rev", "2", "attn")
+    state = model.state_dict()
+    assert state["encoder.sharing_map_version"].tolist() == [0, 1, 1, 0]
+    assert state["decoder.sharing_scope_version"].item() == 1  # SCOPES.index("attn")
+
+
+def test_cycle_rev_state_into_a_cycle_model_is_refused_naming_both_configurations():
+    """The silent --finetune-from-model failure: both store only set owners 0 and 1."""
+    saved, _ = tiny("cycle_rev", "2")
+    model, _ = tiny("cycle", "2", seed=2)
+    with pytest.raises(SharingMismatchError) as err:
+        model.load_state_dict(saved.state_dict())
+    message = str(err.value)
+    assert "saved as cycle_rev M=2 (1 2 2 1), scope=all" in message
+    assert "this model's encoder is cycle M=2 (1 2 1 2), scope=all" in message
+
+
+@pytest.mark.parametrize(
+    "target",
+    [("none", None, "all"), ("cycle_rev", "2", "attn"), ("cycle_rev", "2", "ffn"),
+     ("1,2,3,1", None, "all")],
+)
+def test_state_loads_exactly_into_a_model_that_ties_less(target):
+    """Every tie of the target is a tie of the saved model: the same function, exactly."""
+    saved, task = tiny("cycle_rev", "2", "all")
+    model, _ = tiny(*target, seed=7)
+    model.load_state_dict(saved.state_dict())
+    assert torch.equal(_decoder_out(model, task), _decoder_out(saved, task))
+
+
+@pytest.mark.parametrize(
+    "saved_cfg,target",
+    [(("cycle_rev", "2", "attn"), ("cycle_rev", "2", "all")),  # FFN not tied when saved
+     (("cycle_rev", "2", "attn"), ("cycle_rev", "2", "ffn")),
+     (("none", None, "all"), ("universal", None, "all")),
+     (("sequence", "2", "all"), ("cycle_rev", "2", "all"))],
+)
+def test_state_that_would_change_the_function_is_refused(saved_cfg, target):
+    saved, _ = tiny(*saved_cfg)
+    model, _ = tiny(*target, seed=7)
+    with pytest.raises(SharingMismatchError, match="saved as .* and this model's"):
+        model.load_state_dict(saved.state_dict())
+
+
+def test_state_of_another_depth_is_refused_naming_both_depths():
+    saved, _ = tiny("cycle_rev", "2")
+    model, _ = build_model("shared_transformer", TINY + sharing_flags("cycle_rev", "3", "all", layers=6))
+    with pytest.raises(SharingMismatchError, match=r"\(4 layers\) into this model's encoder.*\(6 layers"):
+        model.load_state_dict(saved.state_dict())
+
+
+def test_state_without_markers_loads_as_this_configuration_with_a_warning(caplog):
+    saved, task = tiny("cycle_rev", "2")
+    legacy = {k: v for k, v in saved.state_dict().items() if "sharing_" not in k}
+    model, _ = tiny("cycle_rev", "2", seed=7)
+    with caplog.at_level("WARNING"):
+        model.load_state_dict(legacy)
+    assert "records no sharing map" in caplog.text
+    assert torch.equal(_decoder_out(model, task), _decoder_out(saved, task))
+
+
+def test_finetune_from_model_refuses_a_checkpoint_of_another_map(tmp_path_factory):
+    """The real path: fairseq-train --finetune-from-model builds the model from the current
+    flags (cycle) and loads a cycle_rev checkpoint, which stores the same owner keys."""
+    from helpers_data import TINY_ARCH, TINY_TRAIN, data_bin, run_tool, trained_checkpoints
+
+    checkpoint = trained_checkpoints(tmp_path_factory) / "checkpoint_last.pt"
+    cycle = [a if a != "transformer_cycle_rev" else "transformer_cycle" for a in TINY_ARCH]
+    code, output = run_tool(
+        "fairseq-train", data_bin(tmp_path_factory), *cycle, *TINY_TRAIN, "--max-update", "1",
+        "--finetune-from-model", checkpoint, "--save-dir", tmp_path_factory.mktemp("ft"),
+        check=False,
+    )
+    assert code != 0
+    assert "SharingMismatchError" in output
+    assert "saved as cycle_rev M=2 (1 2 2 1), scope=all and this model's encoder is cycle M=2 (1 2 1 2)" in output
