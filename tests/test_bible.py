@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_shared.data import bible, pipeline, scoring
 from fairseq_shared.data.align import align_11
-from fairseq_shared.data.osis import osis_to_text, recase_chapter_opening
+from fairseq_shared.data.osis import casing_lexicon, osis_to_text, recase_chapter_opening
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_MODULES = all(
@@ -51,11 +51,63 @@ def test_strongs_titles_poetry_inline_and_punctuation():
 
 
 def test_recase_chapter_opening():
+    lexicon = {"jehová": "Jehová", "la": "la"}
+    # a one-letter word before the capital run: the run is mid-sentence (Matt 28:1)
+    assert recase_chapter_opening("Y LA víspera de sábado", lexicon) == "Y la víspera de sábado"
+    assert recase_chapter_opening("Y JEHOVÁ dijo", lexicon) == "Y Jehová dijo"
     assert recase_chapter_opening("EN el principio crió Dios") == "En el principio crió Dios"
     assert recase_chapter_opening("DE DOCE años era Manasés") == "De doce años era Manasés"
     assert recase_chapter_opening("Salmo de David. ¡OH Jehová") == "Salmo de David. ¡Oh Jehová"
     assert recase_chapter_opening("ALEPH. BIENAVENTURADOS los") == "ALEPH. Bienaventurados los"
     assert recase_chapter_opening("Y dijo Dios") == "Y dijo Dios"
+
+
+def test_casing_lexicon_ignores_sentence_starts_and_capitals():
+    lex = casing_lexicon(["Dijo Jehová: La paz.", "y Jehová dijo", "dame la mano", "JEHOVÁ"])
+    assert lex["jehová"] == "Jehová" and lex["la"] == "la" and "dijo" in lex
+    assert "dame" not in lex  # only seen sentence-initially
+
+
+def test_enclitic_and_em_dash_markup():
+    # RV1909 Gen 19:12: the added enclitic follows the verb's </w> directly
+    raw = ('<w lemma="strong:H5892">en la ciudad</w>, <w lemma="strong:H3318">sáca</w>'
+           '<transChange type="added">lo</transChange> <w lemma="strong:H4480">de</w>')
+    assert osis_to_text(raw) == "en la ciudad, sácalo de"
+    # an added word (not a pronoun) after </w> stays a word of its own (Gen 2:12)
+    assert osis_to_text('<w>hay allí</w><transChange type="added">también</transChange>'
+                        '<w>bdelio</w>') == "hay allí también bdelio"
+    # WEB Gen 6:7: dashes between <w> elements get no spaces
+    raw = ('<w lemma="strong:H0127">ground</w>—<w lemma="strong:H0120">man</w>, birds of the '
+           '<w lemma="strong:H8064">sky</w>—<w lemma="strong:H3588">for</w> I')
+    assert osis_to_text(raw) == "ground—man, birds of the sky—for I"
+
+
+def test_strip_colophon():
+    heb = ("La gracia sea con todos vosotros. Amén. Fué escrita á los Hebreos desde Italia con "
+           "Timoteo.")
+    assert bible.strip_colophon(heb) == "La gracia sea con todos vosotros. Amén."
+    assert bible.strip_colophon("Amén.") == "Amén."
+
+
+def _pair(i, es, en, book="Gen"):
+    return (book, 1, i, es, en)
+
+
+def test_deduplicate_and_decontaminate():
+    train = [_pair(1, "Y dijo Dios: Sea la luz.", "God said, “Let there be light.”"),
+             _pair(2, "Y dijo Dios: Sea la luz.", "God said, “Let there be light.”"),
+             _pair(3, "Y vió Dios que la luz era buena.", "God saw the light, and saw that it was good."),
+             _pair(4, "Estos son los nombres de los hijos de Israel.", "These are the names of the sons of Israel."),
+             _pair(5, "Y llamó Dios á la luz Día.", "God called the light “day”.")]
+    test = [_pair(1, "Y vió Dios que la luz era muy buena.", "God saw the light, and saw that it was very good.", "John")]
+    valid = [_pair(1, "Y fué la tarde y la mañana un día.", "There was evening and there was morning, the first day.", "Acts")]
+    kept, dropped = bible.deduplicate(train)
+    assert dropped == 1 and [p[2] for p in kept] == [1, 3, 4, 5]
+    splits, stats = bible.decontaminate({"train": train, "valid": valid, "test": test})
+    assert stats["duplicate_pairs_dropped"] == 1
+    assert stats["removed"] == ["Gen 1:3"]  # the near-copy of the test verse
+    assert [p[2] for p in splits["train"]] == [1, 4, 5]
+    assert splits["test"] == test and splits["valid"] == valid
 
 
 def test_align_11_finds_shift():
@@ -113,14 +165,32 @@ def test_real_verses_clean():
 
 
 @needs_modules
+def test_cleaning_defects_fixed_on_real_verses():
+    books = ["Gen", "Matt", "Heb", "Rom"]
+    rv = bible.clean_module(bible.read_module(bible.SRC_MODULE, books), recase=True)
+    web = bible.clean_module(bible.read_module(bible.TGT_MODULE, books))
+    assert "sácalo de este lugar" in rv[("Gen", 19, 12)]  # enclitic was split: "sáca lo"
+    assert "Júramelo en este día" in rv[("Gen", 25, 33)]
+    assert rv[("Matt", 28, 1)].startswith("Y la víspera de sábado")  # was "Y La víspera"
+    assert rv[("Gen", 2, 1)].startswith("Y fueron acabados")
+    assert "sky—for I am sorry" in web[("Gen", 6, 7)]  # was "sky — for"
+    assert not any(" — " in t for t in web.values())
+    assert rv[("Heb", 13, 25)] == "La gracia sea con todos vosotros. Amén."  # colophon dropped
+    assert rv[("Rom", 16, 27)].endswith("para siempre. Amén.")
+
+
+@needs_modules
 def test_build_small_corpus_restartable(tmp_path, capsys):
     out = tmp_path / "bible"
     books = ["Ruth", "Jonah", "Obad", "Titus", "Phlm", "Jude", "2John", "3John"]
     stats = bible.build(out, vocab_size=300, test_books=["Jonah"], valid_books=["Obad"],
                         books=books)
     log = capsys.readouterr().out
-    for stage in ("extract", "split", "spm", "encode", "binarize"):
+    for stage in ("extract", "split", "audit", "spm", "encode", "binarize"):
         assert f"stage {stage}: done in" in log
+    audit_report = json.loads((out / "audit.json").read_text())
+    assert audit_report["splits"]["test"]["pairs"] == 37
+    assert (out / "lookup.test.en").exists() and (out / "decontamination.json").exists()
     sp = stats["splits"]
     # Jonah: 48 verses, but RV1909 numbers 1:17 as 2:1 so all of chapter 2 (10) and 1:17 go
     assert sp["test"]["pairs"] == 37 and sp["valid"]["pairs"] == 21  # Obadiah: 21 verses
@@ -149,7 +219,7 @@ def test_build_small_corpus_restartable(tmp_path, capsys):
     # rerun: everything skipped
     bible.build(out, vocab_size=300, test_books=["Jonah"], valid_books=["Obad"], books=books)
     log = capsys.readouterr().out
-    assert log.count("done already, skipping") == 5
+    assert log.count("done already, skipping") == 6
     # a run killed during "encode" leaves no marker: encode and what follows are redone
     (out / ".stages" / "encode.done").unlink()
     (out / "spm" / "test.en").write_text("partial\n")

@@ -1,0 +1,256 @@
+"""Contamination audit of a prepared parallel corpus: how close held-out data is to training data.
+
+    python -m fairseq_shared.data.audit RAW_DIR [--src es --tgt en] [--splits valid test]
+                                        [--out DIR] [--max-contamination 0.01]
+
+``RAW_DIR`` holds plain detokenized text ``{train,valid,test}.{src,tgt}``. For every held-out
+split the audit reports
+
+* exact duplicates: held-out source, target or pair found verbatim in train;
+* near-duplicates: the share of held-out pairs whose closest training pair scores sentence
+  chrF >= t (t in 50, 60, 70, 80, 90) on either side (source against source, target against
+  target), with the closest examples;
+* the lookup baseline: a "translation" with no model, the target side of the training pair
+  whose source is most similar to the held-out source; its corpus BLEU and chrF. A model is
+  only worth what it scores above this.
+
+Exact chrF on every (held-out, train) pair would be millions of sentence scores, so candidates
+are retrieved first: TF-IDF over character 3-5-grams, cosine similarity, the ``k`` best train
+pairs per held-out pair and side; then sacreBLEU's sentence chrF on the candidates only. A near
+duplicate that is not among the top ``k`` by character n-grams on either side is missed; with
+k = 10 and chrF >= 70 that needs ten closer training verses, each of which is then reported.
+
+Writes ``audit.json`` and ``audit.md`` under ``--out`` (default: the parent of ``RAW_DIR``).
+With ``--max-contamination X`` it exits with status 1 when the test split's share of
+near-duplicates at chrF >= 70 is above X.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+THRESHOLDS = (50, 60, 70, 80, 90)
+NEAR_DUPLICATE = 70  # the threshold the corpus builders act on
+DEFAULT_K = 10
+
+
+class CharNgramIndex:
+    """Cosine nearest neighbours over TF-IDF vectors of character 3-5-grams."""
+
+    def __init__(self, texts: Sequence[str]):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        self.vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5),
+                                          sublinear_tf=True, lowercase=True, dtype=np.float32)
+        self.matrix = self.vectorizer.fit_transform(texts)
+
+    def top_k(self, queries: Sequence[str], k: int, chunk: int = 256) -> np.ndarray:
+        """Indices of the ``k`` most similar indexed texts for each query (best first)."""
+        k = min(k, self.matrix.shape[0])
+        q = self.vectorizer.transform(queries)
+        out = np.zeros((len(queries), k), dtype=np.int64)
+        for start in range(0, len(queries), chunk):
+            sims = (q[start:start + chunk] @ self.matrix.T).toarray()
+            part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+            order = np.take_along_axis(sims, part, axis=1).argsort(axis=1)[:, ::-1]
+            out[start:start + chunk] = np.take_along_axis(part, order, axis=1)
+        return out
+
+
+def sentence_chrf(hyp: str, ref: str) -> float:
+    import sacrebleu
+
+    return sacrebleu.sentence_chrf(hyp, [ref]).score
+
+
+def closest_train(held_src: Sequence[str], held_tgt: Sequence[str], train_src: Sequence[str],
+                  train_tgt: Sequence[str], k: int = DEFAULT_K,
+                  indexes=None) -> List[Dict]:
+    """For each held-out pair, its candidates' chrF on both sides and the closest one.
+
+    Returns one dict per held-out pair: ``best`` (train index), ``score`` (max of the two
+    sides' chrF for that train pair), ``src_chrf``, ``tgt_chrf`` and ``candidates``
+    ({train index: max-side chrF}) for every retrieved candidate.
+    """
+    src_index, tgt_index = indexes or (CharNgramIndex(train_src), CharNgramIndex(train_tgt))
+    cand_src = src_index.top_k(held_src, k)
+    cand_tgt = tgt_index.top_k(held_tgt, k)
+    results = []
+    for i, (hs, ht) in enumerate(zip(held_src, held_tgt)):
+        scored = {}
+        for j in dict.fromkeys([*cand_src[i].tolist(), *cand_tgt[i].tolist()]):
+            s, t = sentence_chrf(train_src[j], hs), sentence_chrf(train_tgt[j], ht)
+            scored[j] = (max(s, t), s, t)
+        best = max(scored, key=lambda j: scored[j][0])
+        results.append({"best": best, "score": scored[best][0], "src_chrf": scored[best][1],
+                        "tgt_chrf": scored[best][2],
+                        "candidates": {j: v[0] for j, v in scored.items()}})
+    return results
+
+
+def lookup_translations(held_src: Sequence[str], train_src: Sequence[str],
+                        train_tgt: Sequence[str], k: int = DEFAULT_K, src_index=None) -> List[str]:
+    """The lookup baseline: the target of the training pair with the most similar source
+    (character n-gram retrieval, then sentence chrF on the source side)."""
+    src_index = src_index or CharNgramIndex(train_src)
+    cands = src_index.top_k(held_src, k)
+    out = []
+    for i, hs in enumerate(held_src):
+        best = max(cands[i].tolist(), key=lambda j: sentence_chrf(train_src[j], hs))
+        out.append(train_tgt[best])
+    return out
+
+
+def contaminated_train_indices(closest: Sequence[Dict], threshold: float = NEAR_DUPLICATE):
+    """Train indices that are a near-duplicate (max-side chrF >= threshold) of a held-out pair."""
+    return sorted({j for c in closest for j, s in c["candidates"].items() if s >= threshold})
+
+
+def audit_split(held_src, held_tgt, train_src, train_tgt, k=DEFAULT_K, indexes=None,
+                examples=5) -> Dict:
+    from fairseq_shared.data.scoring import score
+
+    indexes = indexes or (CharNgramIndex(train_src), CharNgramIndex(train_tgt))
+    n = len(held_src)
+    train_src_set, train_tgt_set = set(train_src), set(train_tgt)
+    train_pairs = set(zip(train_src, train_tgt))
+    closest = closest_train(held_src, held_tgt, train_src, train_tgt, k, indexes)
+    scores = np.array([c["score"] for c in closest])
+    lookup = lookup_translations(held_src, train_src, train_tgt, k, indexes[0])
+    lookup_score = score(lookup, list(held_tgt))
+    order = np.argsort(-scores)[:examples]
+    return {
+        "pairs": n,
+        "exact_duplicates": {
+            "source": sum(s in train_src_set for s in held_src),
+            "target": sum(t in train_tgt_set for t in held_tgt),
+            "pair": sum(p in train_pairs for p in zip(held_src, held_tgt)),
+        },
+        "near_duplicate_share": {str(t): float(np.mean(scores >= t)) if n else 0.0
+                                 for t in THRESHOLDS},
+        "near_duplicate_ids": [i for i in range(n) if scores[i] >= NEAR_DUPLICATE],
+        "closest_examples": [
+            {"held_out_line": int(i) + 1, "train_line": int(closest[i]["best"]) + 1,
+             "chrf": round(float(scores[i]), 1),
+             "src_chrf": round(closest[i]["src_chrf"], 1),
+             "tgt_chrf": round(closest[i]["tgt_chrf"], 1),
+             "held_out": [held_src[i], held_tgt[i]],
+             "train": [train_src[closest[i]["best"]], train_tgt[closest[i]["best"]]]}
+            for i in order],
+        "lookup": {"bleu": lookup_score["bleu"], "chrf": lookup_score["chrf"],
+                   "bleu_signature": lookup_score["bleu_signature"]},
+        "lookup_hypotheses": lookup,
+    }
+
+
+def read_lines(path) -> List[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def audit_corpus(raw_dir, src="es", tgt="en", splits=("valid", "test"), k=DEFAULT_K) -> Dict:
+    raw = Path(raw_dir)
+    train_src, train_tgt = read_lines(raw / f"train.{src}"), read_lines(raw / f"train.{tgt}")
+    indexes = (CharNgramIndex(train_src), CharNgramIndex(train_tgt))
+    report = {"raw_dir": str(raw), "src": src, "tgt": tgt, "train_pairs": len(train_src),
+              "k": k, "retrieval": "TF-IDF char_wb 3-5-grams, cosine; then sentence chrF",
+              "splits": {}}
+    for split in splits:
+        if not (raw / f"{split}.{src}").exists():
+            continue
+        report["splits"][split] = audit_split(
+            read_lines(raw / f"{split}.{src}"), read_lines(raw / f"{split}.{tgt}"),
+            train_src, train_tgt, k, indexes)
+    return report
+
+
+def render_markdown(report: Dict) -> str:
+    heads = " | ".join(f">= {t}" for t in THRESHOLDS)
+    lines = [
+        f"# Contamination audit of `{report['raw_dir']}`",
+        "",
+        f"Train: {report['train_pairs']:,} pairs. Near-duplicate = closest training pair's "
+        f"sentence chrF on either side ({report['src']} vs {report['src']}, {report['tgt']} vs "
+        f"{report['tgt']}); candidates: {report['retrieval']}, k = {report['k']} per side.",
+        "",
+        f"| split | pairs | exact src / tgt / pair | near-duplicates {heads} | lookup BLEU | "
+        "lookup chrF |",
+        "|---|---:|---|" + "---:|" * len(THRESHOLDS) + "---:|---:|",
+    ]
+    for split, r in report["splits"].items():
+        e = r["exact_duplicates"]
+        shares = " | ".join(f"{100 * r['near_duplicate_share'][str(t)]:.1f}%" for t in THRESHOLDS)
+        lines.append(f"| {split} | {r['pairs']:,} | {e['source']} / {e['target']} / {e['pair']} | "
+                     f"{shares} | {r['lookup']['bleu']:.2f} | {r['lookup']['chrf']:.2f} |")
+    lines += ["", "Lookup baseline: the target side of the training pair whose source is most "
+              "similar (no model).", ""]
+    for split, r in report["splits"].items():
+        lines.append(f"## Closest pairs in {split}")
+        lines.append("")
+        for ex in r["closest_examples"]:
+            lines.append(f"- chrF {ex['chrf']} ({report['src']} {ex['src_chrf']}, "
+                         f"{report['tgt']} {ex['tgt_chrf']}): {split} line {ex['held_out_line']} "
+                         f"`{ex['held_out'][1]}` ~ train line {ex['train_line']} "
+                         f"`{ex['train'][1]}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(report: Dict, out_dir) -> Dict[str, str]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    slim = {**report, "splits": {s: {k: v for k, v in r.items() if k != "lookup_hypotheses"}
+                                 for s, r in report["splits"].items()}}
+    (out / "audit.json").write_text(json.dumps(slim, indent=1, ensure_ascii=False) + "\n",
+                                    encoding="utf-8")
+    (out / "audit.md").write_text(render_markdown(report), encoding="utf-8")
+    for split, r in report["splits"].items():
+        (out / f"lookup.{split}.{report['tgt']}").write_text(
+            "".join(h + "\n" for h in r["lookup_hypotheses"]), encoding="utf-8")
+    return {"json": str(out / "audit.json"), "md": str(out / "audit.md")}
+
+
+def test_contamination(report: Dict, split: str = "test") -> float:
+    return report["splits"][split]["near_duplicate_share"][str(NEAR_DUPLICATE)]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("raw_dir", help="directory with {train,valid,test}.{src,tgt} plain text")
+    p.add_argument("--src", default="es")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--splits", nargs="+", default=["valid", "test"])
+    p.add_argument("-k", type=int, default=DEFAULT_K, help="candidates per side (default 10)")
+    p.add_argument("--out", default=None, help="report directory (default: parent of RAW_DIR)")
+    p.add_argument("--max-contamination", type=float, default=None,
+                   help="exit 1 if the test split's near-duplicate share (chrF >= 70) is above "
+                   "this fraction, e.g. 0.01")
+    args = p.parse_args(argv)
+    raw = Path(args.raw_dir)
+    missing = [f"train.{l}" for l in (args.src, args.tgt) if not (raw / f"train.{l}").exists()]
+    if missing:
+        p.error(f"RAW_DIR {raw}: missing {', '.join(missing)} (need plain-text "
+                f"{{train,valid,test}}.{{{args.src},{args.tgt}}}; see --src/--tgt)")
+    if args.k < 1:
+        p.error(f"-k must be >= 1, got {args.k}")
+    report = audit_corpus(raw, args.src, args.tgt, args.splits, args.k)
+    paths = write_report(report, args.out or raw.parent)
+    print(render_markdown(report).split("\n## ")[0])
+    print(f"wrote {paths['md']} and {paths['json']}")
+    if args.max_contamination is not None and "test" in report["splits"]:
+        share = test_contamination(report)
+        if share > args.max_contamination:
+            print(f"error: test near-duplicate share {100 * share:.2f}% (chrF >= "
+                  f"{NEAR_DUPLICATE}) is above --max-contamination "
+                  f"{100 * args.max_contamination:.2f}%", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

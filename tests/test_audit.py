@@ -1,0 +1,85 @@
+"""The contamination audit: candidate retrieval, near-duplicate shares, the lookup baseline,
+and the command's report and exit status."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fairseq_shared.data import audit, pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TRAIN = [
+    ("Y dijo Dios: Sea la luz: y fué la luz.", "God said, “Let there be light,” and there was light."),
+    ("Y vió Dios que la luz era buena.", "God saw the light, and saw that it was good."),
+    ("Y llamó Dios á la luz Día, y á las tinieblas llamó Noche.", "God called the light “day”, and the darkness he called “night”."),
+    ("Estos son los nombres de los hijos de Israel.", "These are the names of the sons of Israel."),
+    ("Y el Verbo fué hecho carne.", "The Word became flesh."),
+    ("Jesús lloró.", "Jesus wept."),
+]
+HELD = [
+    # a near-copy of train line 2
+    ("Y vió Dios que la luz era muy buena.", "God saw the light, and saw that it was very good."),
+    # an exact copy of train line 6
+    ("Jesús lloró.", "Jesus wept."),
+    # nothing like it in train
+    ("Pablo fué á Roma en un barco grande.", "Paul sailed to Rome on a large ship."),
+]
+
+
+def test_index_top_k_ranks_the_closest_first():
+    index = audit.CharNgramIndex([s for s, _ in TRAIN])
+    top = index.top_k(["Y vió Dios que la luz era muy buena.", "Jesús lloró"], k=3)
+    assert top.shape == (2, 3)
+    assert top[0, 0] == 1 and top[1, 0] == 5
+
+
+def test_closest_train_scores_match_sacrebleu():
+    import sacrebleu
+
+    src, tgt = [s for s, _ in TRAIN], [t for _, t in TRAIN]
+    closest = audit.closest_train([s for s, _ in HELD], [t for _, t in HELD], src, tgt, k=2)
+    assert [c["best"] for c in closest[:2]] == [1, 5]
+    expected = max(sacrebleu.sentence_chrf(tgt[1], [HELD[0][1]]).score,
+                   sacrebleu.sentence_chrf(src[1], [HELD[0][0]]).score)
+    assert abs(closest[0]["score"] - expected) < 1e-9 and closest[0]["score"] >= 70
+    assert closest[1]["score"] == 100.0
+    assert closest[2]["score"] < 50
+    assert audit.contaminated_train_indices(closest, 70) == [1, 5]
+
+
+def test_lookup_returns_the_target_of_the_closest_source():
+    src, tgt = [s for s, _ in TRAIN], [t for _, t in TRAIN]
+    out = audit.lookup_translations([s for s, _ in HELD], src, tgt, k=3)
+    assert out[:2] == [tgt[1], tgt[5]]
+
+
+def test_audit_command_report_and_exit_status(tmp_path):
+    raw = tmp_path / "raw"
+    for split, pairs in (("train", TRAIN), ("valid", HELD[2:]), ("test", HELD)):
+        pipeline.write_lines(raw / f"{split}.es", (s for s, _ in pairs))
+        pipeline.write_lines(raw / f"{split}.en", (t for _, t in pairs))
+    cmd = [sys.executable, "-m", "fairseq_shared.data.audit", str(raw), "-k", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "audit.json").read_text())
+    test = report["splits"]["test"]
+    assert test["exact_duplicates"] == {"source": 1, "target": 1, "pair": 1}
+    assert abs(test["near_duplicate_share"]["70"] - 2 / 3) < 1e-9
+    assert test["near_duplicate_ids"] == [0, 1]
+    assert report["splits"]["valid"]["near_duplicate_share"]["50"] == 0.0
+    import sacrebleu
+
+    lookup = (tmp_path / "lookup.test.en").read_text().splitlines()
+    assert test["lookup"]["bleu"] == round(
+        sacrebleu.corpus_bleu(lookup, [[t for _, t in HELD]]).score, 2)
+    assert "| test | 3 | 1 / 1 / 1 |" in (tmp_path / "audit.md").read_text()
+    # above the allowed contamination: exit 1 and say which flag
+    proc = subprocess.run(cmd + ["--max-contamination", "0.01"], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 1 and "--max-contamination" in proc.stderr
+    # a directory without the training text: a clear usage error naming what is missing
+    proc = subprocess.run([sys.executable, "-m", "fairseq_shared.data.audit", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "missing train.es, train.en" in proc.stderr
