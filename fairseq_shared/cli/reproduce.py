@@ -53,6 +53,9 @@ USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS: List[Dict] = [
     dict(name="vanilla", tables=["takase", "albert", "xiao"], label="Vanilla",
          strategy="none", N="L", M="L"),
+    # the equal-compute upper bound of the N=2L shared rows: as deep, unshared (2x parameters)
+    dict(name="vanilla_2L", tables=["takase"], label="Vanilla (2L layers)",
+         strategy="none", N="2L", M="2L"),
     dict(name="universal", tables=["takase", "albert"], label="Universal",
          strategy="universal", N="L", M=1),
     # the paper's universal row is wider (1024/4096) to roughly match vanilla's parameters;
@@ -117,6 +120,13 @@ BUDGETS: Dict[str, Dict] = {
                   max_tokens=4096, lr=0.0015, warmup_updates=150, dropout=0.1, threads=2,
                   save_interval_updates=100, log_interval=20, seed=1, device="cpu",
                   **{**_DECODE_DEFAULTS, "subset": 300, "repeats": 2, "warmup_batches": 3}),
+    # the evidence runs on the clean split (fairseq_shared.evidence): 2 runs side by side at
+    # 1 thread each; valid loss every 100 updates for the learning curves, all checkpoints kept
+    "evidence": dict(L=3, dim=256, ffn=1024, heads=4, max_update=1200, max_minutes=None,
+                     max_tokens=4096, lr=0.0015, warmup_updates=200, dropout=0.1, threads=1,
+                     save_interval_updates=100, keep_interval_updates=-1, log_interval=25,
+                     seed=1, device="cpu",
+                     **{**_DECODE_DEFAULTS, "repeats": 1, "warmup_passes": 0}),
     # one GPU: base width, the paper's depth
     "base": dict(L=6, dim=512, ffn=2048, heads=8, max_update=20000, max_minutes=None,
                  max_tokens=8192, lr=0.001, warmup_updates=4000, dropout=0.3, threads=4,
@@ -240,17 +250,17 @@ class Run:
             cmd += ["--stop-time-hours", f"{b['max_minutes'] / 60:.6f}"]
         if b.get("save_interval_updates"):
             cmd += ["--save-interval-updates", str(b["save_interval_updates"]),
-                    "--keep-interval-updates", "1"]
+                    "--keep-interval-updates", str(b.get("keep_interval_updates", 1))]
         if b.get("device", "cpu") == "cpu":
             cmd += ["--cpu"]
         return cmd
 
     def key(self) -> str:
         """Hash of the training command without its limits (--max-update, --stop-time-hours)
-        and its location (--save-dir): raising a limit continues the same run from
+        and its locations (--save-dir, --user-dir): raising a limit continues the same run from
         checkpoint_last.pt; any other change (model, data, optimizer, batch) starts anew."""
         cmd = self.train_command()[1:]
-        for flag in ("--max-update", "--stop-time-hours", "--save-dir"):
+        for flag in ("--max-update", "--stop-time-hours", "--save-dir", "--user-dir"):
             if flag in cmd:
                 i = cmd.index(flag)
                 cmd = cmd[:i] + cmd[i + 2:]
