@@ -6,7 +6,7 @@ block is its *leader* (it computes attention); the others are *followers* (they 
 the leader's attention). Layer indices here are 0-based; the flags and the papers count
 from 1.
 
-Similarity (methods.md section 3): ``mu(i, j) = 1 - JS(P_i || P_j)`` with the
+Similarity: ``mu(i, j) = 1 - JS(P_i || P_j)`` with the
 Jensen-Shannon divergence in log base 2, so ``0 <= mu <= 1`` and identical attention
 gives ``mu = 1``. Block similarity ``sim(m, n)`` is the mean of ``mu(i, j)`` over the
 distinct ordered pairs ``i != j`` of layers ``m..n`` (mu is symmetric, so this equals
@@ -23,7 +23,6 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-SUBLAYERS = ("self", "cross", "encoder")
 FLAGS = {
     "self": "--san-self-policy",
     "cross": "--san-cross-policy",
@@ -92,6 +91,26 @@ def leaders(blocks: Sequence[int]) -> List[int]:
         out.extend([start] * b)
         start += b
     return out
+
+
+def layer_blocks(blocks: Sequence[int]) -> List[List[int]]:
+    """0-based layers of each block, leader first: ``[1, 2] -> [[0], [1, 2]]``."""
+    out: List[List[int]] = []
+    start = 0
+    for b in blocks:
+        out.append(list(range(start, start + b)))
+        start += b
+    return out
+
+
+def describe_policy(blocks: Optional[Sequence[int]]) -> str:
+    """1-based blocks for logs and errors: ``[1, 5] -> "{1} {2-6}"``."""
+    if blocks is None:
+        return "none"
+    return " ".join(
+        f"{{{b[0] + 1}}}" if len(b) == 1 else f"{{{b[0] + 1}-{b[-1] + 1}}}"
+        for b in layer_blocks(blocks)
+    )
 
 
 def blocks_from_leaders(leader_of: Sequence[int]) -> List[int]:

@@ -8,7 +8,8 @@ import torch
 from fairseq.models.transformer import TransformerModel
 
 from fairseq_shared.cli.convert_policy import convert_model
-from fairseq_shared.modules.san import FollowerSelfAttention
+from fairseq_shared.san.attention import FollowerSelfAttention, is_follower
+from fairseq_shared.san.record import AttentionRecorder
 from fairseq_shared.policy import PolicyError
 from helpers_model import (
     TINY,
@@ -76,19 +77,17 @@ def test_follower_self_attention_is_leader_weights_times_own_values():
     layers = model.decoder.layers
     seen = {}
     hooks = [
-        layers[1].self_attn.register_forward_hook(
-            lambda m, a, kw, out: seen.__setitem__("leader_w", out[1]), with_kwargs=True
+        layers[3].self_attn.register_forward_pre_hook(  # fairseq's layer passes query=...
+            lambda m, a, kw: seen.__setitem__("x3", kw["query"]), with_kwargs=True
         ),
-        layers[3].self_attn.register_forward_pre_hook(
-            lambda m, a: seen.__setitem__("x3", a[0])
-        ),
-        layers[3].self_attn.register_forward_hook(lambda m, a, out: seen.__setitem__("y3", out)),
+        layers[3].self_attn.register_forward_hook(lambda m, a, out: seen.__setitem__("y3", out[0])),
     ]
-    with torch.no_grad():
+    with AttentionRecorder(model.decoder) as recorder, torch.no_grad():
         model(src, lengths, prev)
+        selfs, _ = recorder.pop()
     for h in hooks:
         h.remove()
-    w = seen["leader_w"]  # (H, B, T, T) post-softmax weights of layer 2 (the leader)
+    w = selfs[1]  # (H, B, T, T) post-softmax weights of layer 2 (the leader)
     assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)))
     attn3 = layers[3].self_attn
     x = seen["x3"]
@@ -99,6 +98,7 @@ def test_follower_self_attention_is_leader_weights_times_own_values():
     torch.testing.assert_close(seen["y3"], attn3.out_proj(ctx), rtol=0, atol=1e-6)
     # follower's own projections: no Q/K
     assert not hasattr(attn3, "q_proj") and not hasattr(attn3, "k_proj")
+    assert isinstance(attn3, FollowerSelfAttention)
 
 
 @pytest.mark.parametrize("reuse", ["output", "context"])
@@ -116,8 +116,8 @@ def test_cross_follower_reuses_leader_output(reuse):
     for hk in (h, h2, h3, h4):
         hk.remove()
     follower = layers[3]
-    if reuse == "output":
-        assert follower.encoder_attn is None
+    if reuse == "output":  # a stand-in without parameters (fairseq's layer calls it)
+        assert list(follower.encoder_attn.parameters()) == []
         y = seen["y2"]
     else:
         assert [n for n, _ in follower.encoder_attn.named_parameters()] == ["out_proj.weight", "out_proj.bias"]
@@ -148,13 +148,13 @@ def test_incremental_decoding_matches_full_forward(self_p, cross_p, reuse, share
     # followers cache values only (self) or nothing (cross)
     for layer in model.decoder.layers:
         self_buf = layer.self_attn._get_input_buffer(state)
-        if layer.self_follower:
+        if is_follower(layer.self_attn):
             assert set(self_buf) == {"prev_value"}
         else:
             assert {"prev_key", "prev_value"} <= set(self_buf)
-        if not layer.cross_follower:
+        if not is_follower(layer.encoder_attn):
             assert "prev_key" in layer.encoder_attn._get_input_buffer(state)
-    expected_entries = sum(1 + (not l.cross_follower) for l in model.decoder.layers)
+    expected_entries = sum(1 + (not is_follower(l.encoder_attn)) for l in model.decoder.layers)
     assert len(state) == expected_entries
 
 
@@ -164,7 +164,9 @@ def test_pre_norm_and_encoder_policy_incremental_matches_full():
         "--encoder-layers", "3", "--san-encoder-policy", "1,2",
     ])
     model, task = tiny(flags)
-    assert model.decoder.layers[1].encoder_attn_layer_norm is None  # pre-norm follower
+    # pre-norm follower: its encoder_attn_layer_norm only fed the query projection it lacks
+    assert list(model.decoder.layers[1].encoder_attn_layer_norm.parameters()) == []
+    assert not any("layers.1.encoder_attn_layer_norm" in k for k in model.state_dict())
     assert not hasattr(model.encoder.layers[2].self_attn, "q_proj")
     incremental, full, _ = incremental_vs_full(model, task)
     torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
@@ -185,7 +187,7 @@ def test_unreordered_value_cache_would_break_beam_search():
     """The check above can fail: reorder the followers' value caches wrongly."""
     model, task = tiny(san_flags("1,5", "2,2,2", "output"), seed=3)
     for layer in model.decoder.layers:
-        if layer.self_follower:
+        if is_follower(layer.self_attn):
             right = layer.self_attn.reorder_incremental_state
             layer.self_attn.reorder_incremental_state = (
                 lambda state, order, right=right: right(state, order.flip(0))
@@ -341,19 +343,18 @@ def test_convert_policy_round_trip(share):
 def test_collect_attention_records_every_layer():
     model, task = tiny(san_flags("1,5", "2,2,2", "output"))
     src, lengths, prev = random_batch(task)
-    model.decoder.set_collect_attention(True)
-    with torch.no_grad():
-        _, extra = model(src, lengths, prev)
-    model.decoder.set_collect_attention(False)
-    selfs, crosses = extra["san_self_attn"], extra["san_cross_attn"]
+    with AttentionRecorder(model.decoder) as recorder, torch.no_grad():
+        recorded, _ = model(src, lengths, prev)
+        selfs, crosses = recorder.pop()
     assert len(selfs) == len(crosses) == 6
     assert selfs[0].shape == (2, 3, 6, 6) and crosses[0].shape == (2, 3, 6, 7)
     assert torch.equal(selfs[2], selfs[1]) and not torch.equal(selfs[0], selfs[1])
     assert torch.equal(crosses[1], crosses[0]) and not torch.equal(crosses[2], crosses[0])
-    # collecting does not change the outputs
+    # collecting does not change the outputs, and leaves no hook behind
     with torch.no_grad():
         again, _ = model(src, lengths, prev)
-    torch.testing.assert_close(again, model(src, lengths, prev)[0])
+    torch.testing.assert_close(recorded, again, rtol=0, atol=2e-6)  # fused vs fairseq path
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
 def test_learn_policy_accumulator_on_recorded_attention():
@@ -361,11 +362,11 @@ def test_learn_policy_accumulator_on_recorded_attention():
 
     model, task = tiny(san_flags("1,5", "2,2,2", "output"))
     src, lengths, prev = random_batch(task)
-    model.decoder.set_collect_attention(True)
-    with torch.no_grad():
-        _, extra = model(src, lengths, prev)
+    with AttentionRecorder(model.decoder) as recorder, torch.no_grad():
+        model(src, lengths, prev)
+        selfs, crosses = recorder.pop()
     acc = SimilarityAccumulator(6)
-    acc.add_batch(extra["san_self_attn"], extra["san_cross_attn"], prev.ne(task.target_dictionary.pad()))
+    acc.add_batch(selfs, crosses, prev.ne(task.target_dictionary.pad()))
     js = acc.js()
     assert set(js) == {"self_per_head", "self_head_avg", "cross_per_head", "cross_head_avg"}
     # followers' distributions are their leader's: JS 0 inside blocks, > 0 across

@@ -35,6 +35,8 @@ from fairseq_shared.policy import (
     group_layers,
     pairwise_js_sums,
 )
+from fairseq_shared.san import SANTransformerDecoder
+from fairseq_shared.san.record import AttentionRecorder
 
 logger = logging.getLogger("fairseq_shared.learn_policy")
 
@@ -50,7 +52,7 @@ def load(checkpoint: str, data: Optional[str] = None):
         [checkpoint], arg_overrides=overrides
     )
     model = models[0]
-    if not hasattr(model.decoder, "set_collect_attention"):
+    if not isinstance(model.decoder, SANTransformerDecoder):
         raise SystemExit(
             f"{checkpoint}: not a fairseq_shared model (shared_transformer / transformer_san)"
         )
@@ -95,19 +97,15 @@ def collect(model, task, subset: str, max_sentences: int, max_tokens: int = 4000
     pad = task.target_dictionary.pad()
     seen = 0
     model.eval()
-    model.decoder.set_collect_attention(True)
-    try:
-        with torch.no_grad():
-            for sample in itr:
-                if seen >= max_sentences:
-                    break
-                net = sample["net_input"]
-                _, extra = model(**net)
-                keep = net["prev_output_tokens"].ne(pad)
-                acc.add_batch(extra["san_self_attn"], extra["san_cross_attn"], keep)
-                seen += net["src_tokens"].size(0)
-    finally:
-        model.decoder.set_collect_attention(False)
+    with AttentionRecorder(model.decoder) as recorder, torch.no_grad():
+        for sample in itr:
+            if seen >= max_sentences:
+                break
+            net = sample["net_input"]
+            model(**net)
+            selfs, crosses = recorder.pop()
+            acc.add_batch(selfs, crosses, net["prev_output_tokens"].ne(pad))
+            seen += net["src_tokens"].size(0)
     logger.info(f"recorded attention of {seen} sentences of {subset}")
     return acc
 

@@ -14,7 +14,7 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_wmt_en_de_big,
 )
 
-from fairseq_shared.modules.san import san_base_defaults, san_paper_defaults
+from fairseq_shared.san import san_base_defaults, san_paper_defaults
 
 MODEL = "shared_transformer"
 M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
