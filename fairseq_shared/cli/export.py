@@ -1,0 +1,48 @@
+"""Export a fairseq-shared checkpoint for deployment (see README, "Export and deployment").
+
+    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2]
+        [--quantization int8|int8_float32|float16] [--data DATA_BIN] [--sentences 100]
+"""
+
+import argparse
+import sys
+
+from fairseq_shared.export.ct2 import QUANTIZATIONS
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", help="a fairseq-shared checkpoint (not a SAN model)")
+    p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/")
+    p.add_argument("--ct2", action="store_true", help="also write a CTranslate2 model (float32)")
+    p.add_argument("--quantization", choices=QUANTIZATIONS,
+                   help="with --ct2: also a quantized CTranslate2 model in DIR/ct2_<type>")
+    p.add_argument("--data", help="binarized data dir (dictionaries, verification sentences); "
+                   "default: the checkpoint's own")
+    p.add_argument("--subset", default="test", help="split whose sentences verify the export")
+    p.add_argument("--sentences", type=int, default=100,
+                   help="sentences to verify on, evenly spaced (0: no verification)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=0.0)
+    p.add_argument("--max-len-b", type=int, default=200)
+    args = p.parse_args(argv)
+
+    from fairseq_shared.export.api import export, summary
+    from fairseq_shared.export.plain import ExportError
+
+    try:
+        report = export(
+            args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization,
+            data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
+            lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+        )
+    except ExportError as e:
+        print(f"export: error: {e}", file=sys.stderr)
+        return 2
+    print(summary(report))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""CTranslate2: conversion through its own fairseq converter, decoding, and size.
+
+CTranslate2's converter (``ctranslate2.converters.FairseqConverter``) accepts fairseq's
+``transformer`` model only and reads the configuration as attributes of ``checkpoint["args"]``
+(fairseq's legacy layout). It is handed the plain checkpoint in that layout, written to a
+temporary file; the ``argparse.Namespace`` in it loads under ``weights_only`` because
+``fairseq_shared.compat`` allows exactly that type. CTranslate2 aliases equal tensors when
+it saves, so ``model.bin`` stores each tied weight once.
+"""
+
+import os
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from fairseq_shared.export.plain import legacy_args_checkpoint
+
+QUANTIZATIONS = ("int8", "int8_float32", "float16")
+
+
+def convert(checkpoint: dict, dict_dir: str, out_dir: str, quantization: Optional[str] = None) -> str:
+    """Convert the plain ``checkpoint`` (dict) to a CTranslate2 model in ``out_dir``.
+
+    ``dict_dir`` holds ``dict.{src}.txt`` and ``dict.{tgt}.txt``."""
+    import fairseq_shared  # noqa: F401  (compat: Namespace allowed under weights_only)
+    from ctranslate2.converters.fairseq import FairseqConverter
+
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"--quantization: unknown value '{quantization}'; allowed: {', '.join(QUANTIZATIONS)}"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "legacy_args.pt")
+        torch.save(legacy_args_checkpoint(checkpoint), path)
+        FairseqConverter(path, dict_dir).convert(out_dir, quantization=quantization, force=True)
+    return out_dir
+
+
+def position_table_bytes(model) -> int:
+    """fp32 bytes of the sinusoidal position tables CTranslate2 stores (not parameters);
+    encoder and decoder tables that are equal are stored once, as CTranslate2 aliases them."""
+    tables = []
+    for stack in (model.encoder, model.decoder):
+        pos = getattr(stack, "embed_positions", None)
+        weights = getattr(pos, "weights", None) if pos is not None else None
+        if weights is None or isinstance(pos, torch.nn.Embedding):
+            continue  # none, or learned: a parameter, counted with the weights
+        table = weights[pos.padding_idx + 1:]
+        if not any(t.shape == table.shape and torch.equal(t, table) for t in tables):
+            tables.append(table)
+    return sum(t.numel() * 4 for t in tables)
+
+
+def size_report(model_dir: str, shared_model) -> Dict:
+    """``model.bin`` bytes against the shared model's unique fp32 weights (+ position table)."""
+    unique = sum(p.numel() * 4 for p in shared_model.parameters())
+    positions = position_table_bytes(shared_model)
+    stored = os.path.getsize(os.path.join(model_dir, "model.bin"))
+    return {
+        "model_bin_bytes": stored,
+        "unique_fp32_weight_bytes": unique,
+        "position_table_bytes": positions,
+        "ratio_to_unique_plus_positions": round(stored / (unique + positions), 4),
+    }
+
+
+class CT2Decoder:
+    """A CTranslate2 translator on CPU fed with fairseq token ids."""
+
+    def __init__(self, model_dir: str, src_dict, tgt_dict, threads: int = 1,
+                 compute_type: str = "default"):
+        import ctranslate2
+
+        self.translator = ctranslate2.Translator(
+            model_dir, device="cpu", inter_threads=1, intra_threads=threads,
+            compute_type=compute_type,
+        )
+        self.src_dict, self.tgt_dict = src_dict, tgt_dict
+        self.model_dir = model_dir
+
+    def source_tokens(self, ids: torch.Tensor) -> List[str]:
+        """A fairseq source (padding and final EOS dropped: CTranslate2 adds the EOS)."""
+        d = self.src_dict
+        return [d[int(t)] for t in ids if int(t) not in (d.pad(), d.eos())]
+
+    def translate(self, sources: Sequence[torch.Tensor], beam: int, lenpen: float,
+                  max_len: int, min_len: int = 1) -> List[Tuple[List[int], float]]:
+        """fairseq's settings: ``max_len`` tokens before the EOS (fairseq's
+        ``min(max_len_a * src_len + max_len_b, max positions - 1)``), at least ``min_len``
+        tokens, <pad> never produced. Returns target ids with the final EOS, and the score."""
+        results = self.translator.translate_batch(
+            [self.source_tokens(s) for s in sources],
+            beam_size=beam, length_penalty=lenpen, max_decoding_length=max_len,
+            min_decoding_length=min_len, return_scores=True,
+            suppress_sequences=[["<blank>"]],  # fairseq sets the <pad> log-prob to -inf
+        )
+        out = []
+        for r in results:
+            ids = [self.tgt_dict.index(t) for t in r.hypotheses[0]] + [self.tgt_dict.eos()]
+            out.append((ids, float(r.scores[0])))
+        return out

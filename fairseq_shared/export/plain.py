@@ -1,0 +1,179 @@
+"""A shared checkpoint as a plain fairseq ``transformer`` checkpoint.
+
+The result loads in stock fairseq (no ``--user-dir``, ``torch.load`` with
+``weights_only=True``): its configuration holds plain types only (dicts, lists, tuples,
+strings, numbers), its model is fairseq's ``TransformerModel`` with every layer's
+parameters under their own names (tied names share one tensor, so ``torch.save`` writes
+each tied tensor once), and the two sharing markers are gone.
+
+SAN models are refused: a SAN follower layer takes its attention weights (self-attention)
+or its whole attention output (encoder-decoder attention) from another layer, which neither
+fairseq's Transformer layer nor CTranslate2's can do.
+"""
+
+import argparse
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: Flags of fairseq-shared that a plain ``transformer`` does not have.
+SHARED_FLAG_PREFIXES = (
+    "encoder_share_", "decoder_share_", "encoder_unique_layers", "decoder_unique_layers", "san_",
+)
+
+
+class ExportError(ValueError):
+    """The checkpoint cannot be exported; the message says why."""
+
+
+@dataclass
+class LoadedCheckpoint:
+    path: str
+    state: dict
+    cfg: object
+    task: object
+    model: object
+
+
+def refuse_san(model_args) -> None:
+    """Raise :class:`ExportError` when ``model_args`` use a SAN policy."""
+    from fairseq_shared.models.shared_transformer import san_config_from_args
+
+    san = san_config_from_args(model_args)
+    if san.active:
+        policies = {
+            "--san-self-policy": san.self_policy, "--san-cross-policy": san.cross_policy,
+            "--san-encoder-policy": san.encoder_policy,
+        }
+        used = ", ".join(f"{k} {','.join(map(str, v))}" for k, v in policies.items() if v)
+        raise ExportError(
+            f"cannot export a SAN model ({used}): its follower layers reuse the attention "
+            "weights (self-attention) or the attention output (encoder-decoder attention) "
+            "of the leader layer of their block, and neither fairseq's Transformer nor "
+            "CTranslate2 has a layer that takes its attention from another layer. Export "
+            "a model trained without --san-* policies"
+        )
+
+
+def load_shared(path: str, data: Optional[str] = None) -> LoadedCheckpoint:
+    """Load a fairseq-shared checkpoint (``data`` overrides where the dictionaries are)."""
+    import fairseq_shared  # noqa: F401  (registers the model, compat fixes)
+    from fairseq import checkpoint_utils, tasks
+
+    if not os.path.isfile(path):
+        raise ExportError(f"CHECKPOINT: no such file '{path}'")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path, {"data": data} if data else None)
+    cfg = state["cfg"]
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    arch = getattr(cfg.model, "arch", None)
+    if ARCH_MODEL_NAME_REGISTRY.get(arch) != "shared_transformer":
+        raise ExportError(
+            f"'{path}' has --arch {arch} (model {ARCH_MODEL_NAME_REGISTRY.get(arch)}); "
+            "the export takes "
+            "fairseq-shared checkpoints (model shared_transformer)"
+        )
+    refuse_san(cfg.model)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+    model.eval()
+    return LoadedCheckpoint(path, state, cfg, task, model)
+
+
+def plain_model_args(model_args) -> Dict:
+    """The shared model's flags as a plain ``transformer``'s: ours dropped, arch renamed."""
+    plain = {
+        k: v for k, v in vars(model_args).items() if not k.startswith(SHARED_FLAG_PREFIXES)
+    }
+    plain["arch"] = plain["_name"] = "transformer"
+    for stack in ("encoder", "decoder"):
+        plain[f"{stack}_layers_to_keep"] = None  # already applied to the weights
+    return plain
+
+
+def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> dict:
+    """The checkpoint dict of the equivalent fairseq ``transformer``; ``data`` (the export
+    directory, which holds the dictionaries) becomes its task's data directory."""
+    from omegaconf import OmegaConf
+
+    from fairseq_shared.sharing import describe
+
+    cfg = loaded.cfg
+    plain_cfg = {  # the model's config is a Namespace: converted on its own
+        key: OmegaConf.to_container(cfg[key], resolve=False, enum_to_str=True)
+        if OmegaConf.is_config(cfg[key]) else cfg[key]
+        for key in cfg if key != "model"
+    }
+    plain_cfg["model"] = plain_model_args(cfg.model)
+    plain_cfg["task"]["source_lang"] = loaded.task.cfg.source_lang  # inferred at load time
+    plain_cfg["task"]["target_lang"] = loaded.task.cfg.target_lang
+    if data:
+        plain_cfg["task"]["data"] = os.path.abspath(data)
+    history = [
+        {k: v for k, v in h.items() if k in ("criterion_name", "optimizer_name", "num_updates")}
+        for h in loaded.state.get("optimizer_history", [])[-1:]
+    ] or [{"criterion_name": "", "optimizer_name": "", "num_updates": 0}]
+    history[-1]["lr_scheduler_state"] = {}
+    sharing = {s: describe(v.assignment, v.scope) for s, v in loaded.model.sharing.items()}
+    return {
+        "args": None,
+        "cfg": plain_cfg,
+        "model": loaded.model.full_state_dict(),
+        "optimizer_history": history,
+        "extra_state": {
+            "fairseq_shared_export": {"source": os.path.abspath(loaded.path), **sharing}
+        },
+    }
+
+
+def legacy_args_checkpoint(checkpoint: dict) -> dict:
+    """The same checkpoint with its model configuration as an ``argparse.Namespace`` in
+    ``args`` (fairseq's legacy layout), which CTranslate2's converter reads attributes of."""
+    legacy = dict(checkpoint)
+    task = checkpoint["cfg"]["task"]
+    legacy["args"] = argparse.Namespace(**{
+        **checkpoint["cfg"]["model"], "task": task["_name"],
+        "source_lang": task["source_lang"], "target_lang": task["target_lang"],
+    })
+    legacy["cfg"] = None
+    return legacy
+
+
+def write_dictionaries(task, out_dir: str) -> Dict[str, str]:
+    """``dict.{src}.txt`` and ``dict.{tgt}.txt`` as fairseq-preprocess writes them."""
+    paths = {}
+    for lang, d in ((task.cfg.source_lang, task.source_dictionary),
+                    (task.cfg.target_lang, task.target_dictionary)):
+        path = os.path.join(out_dir, f"dict.{lang}.txt")
+        d.save(path)
+        paths[lang] = path
+    return paths
+
+
+def write_plain(loaded: LoadedCheckpoint, out_dir: str, name: str = "checkpoint.pt") -> str:
+    """Write the plain checkpoint and the dictionaries into ``out_dir``; return its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name)
+    torch.save(plain_checkpoint(loaded, out_dir), path)
+    unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    if unsafe:  # a guarantee, not a hope: stock weights-only loading must accept it
+        raise ExportError(f"{path}: the export pickled non-plain types {unsafe}")
+    write_dictionaries(loaded.task, out_dir)
+    spm = _sentencepiece_model(loaded.cfg)
+    if spm:
+        shutil.copy(spm, os.path.join(out_dir, os.path.basename(spm)))
+    return path
+
+
+def _sentencepiece_model(cfg) -> Optional[str]:
+    """The corpus's ``spm.model`` next to ``bin/`` (this project's data layout), if any."""
+    data = str(getattr(cfg.task, "data", "") or "").split(os.pathsep)[0]
+    candidate = os.path.join(os.path.dirname(os.path.abspath(data)), "spm.model")
+    return candidate if data and os.path.isfile(candidate) else None

@@ -1,0 +1,133 @@
+"""Export to a plain fairseq transformer and to CTranslate2 (issue 10, item 1)."""
+
+import json
+import re
+
+import pytest
+import torch
+from fairseq.tasks.translation import TranslationTask
+
+from fairseq_shared.export.api import export
+from fairseq_shared.export.plain import ExportError
+from helpers_data import data_bin, run_tool, trained_checkpoints, USER_DIR
+from helpers_model import TINY, parse_args
+
+torch.set_num_threads(1)
+
+
+def save_random_checkpoint(path, data, flags, seed=1):
+    """A fairseq checkpoint (legacy layout) of an untrained model built in-process."""
+    args = parse_args("shared_transformer", TINY + list(flags))
+    args.data = str(data)
+    task = TranslationTask.setup_task(args)
+    torch.manual_seed(seed)
+    model = task.build_model(args)
+    history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
+                "lr_scheduler_state": {}, "num_updates": 0}]
+    torch.save({"args": args, "cfg": None, "model": model.state_dict(),
+                "optimizer_history": history, "extra_state": {}}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    checkpoint = trained_checkpoints(tmp_path_factory) / "checkpoint_last.pt"
+    out = tmp_path_factory.mktemp("export")
+    report = export(str(checkpoint), str(out), ct2=True, quantization="int8",
+                    data=str(data_bin(tmp_path_factory)), sentences=12)
+    return checkpoint, out, report
+
+
+def test_trained_cycle_rev_exports_with_identical_hypotheses(exported):
+    _, out, report = exported
+    assert report["ok"]
+    verify = report["verify"]
+    for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
+        assert verify[key]["sentences"] == 12
+        assert verify[key]["identical"] == 12, verify[key]
+    assert verify["ct2_int8_vs_fairseq"]["required"] is False
+    assert json.loads((out / "export.json").read_text())["ok"]
+
+
+def test_plain_checkpoint_is_fairseqs_transformer_in_plain_types(exported):
+    _, out, _ = exported
+    path = out / "checkpoint.pt"
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(path)) == []
+    state = torch.load(path, weights_only=True)
+    assert state["args"] is None and state["cfg"]["model"]["arch"] == "transformer"
+    assert not [k for k in state["cfg"]["model"] if "share_strategy" in k or k.startswith("san_")]
+    keys = set(state["model"])
+    assert not [k for k in keys if "sharing" in k]
+    assert {f"decoder.layers.{i}.fc1.weight" for i in range(4)} <= keys  # all 4 layers
+    # tied layers (cycle_rev 1 2 2 1) still share storage: written once
+    m = state["model"]
+    assert m["decoder.layers.3.fc1.weight"].data_ptr() == m["decoder.layers.0.fc1.weight"].data_ptr()
+    assert (out / "dict.src.txt").exists() and (out / "dict.tgt.txt").exists()
+
+
+def test_ct2_model_stores_tied_weights_once(exported):
+    _, _, report = exported
+    size = report["ct2_float32"]
+    overhead = size["model_bin_bytes"] - size["unique_fp32_weight_bytes"] - size["position_table_bytes"]
+    # names, config and vocabulary: a few KiB whatever the model size (1.0321x at this toy
+    # size, where the weights are 175 KiB); an expanded 4-layer copy would add 25 KiB+
+    assert 0 <= overhead < 12_000
+    assert report["ct2_int8"]["model_bin_bytes"] < 0.7 * size["model_bin_bytes"]
+
+
+def _hypotheses(output):
+    return sorted(re.findall(r"^H-(\d+)\t(\S+)\t(.*)$", output, re.M))
+
+
+def test_stock_fairseq_generate_without_user_dir_gives_the_same_translations(
+        exported, tmp_path_factory):
+    checkpoint, out, _ = exported
+    data = data_bin(tmp_path_factory)
+    common = ["--beam", "4", "--batch-size", "4", "--cpu", "--required-batch-size-multiple", "1"]
+    _, shared = run_tool("fairseq-generate", data, "--path", checkpoint, "--user-dir",
+                         USER_DIR, *common)
+    _, plain = run_tool("fairseq-generate", data, "--path", out / "checkpoint.pt", *common)
+    assert len(_hypotheses(shared)) == 12
+    assert _hypotheses(plain) == _hypotheses(shared)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--encoder-layers", "5", "--decoder-layers", "5", "--encoder-share-strategy", "cycle_rev",
+     "--encoder-unique-layers", "3", "--decoder-share-strategy", "sequence",
+     "--decoder-unique-layers", "3"],
+    ["--encoder-layers", "3", "--decoder-layers", "4", "--encoder-share-strategy", "universal",
+     "--decoder-share-strategy", "1,2,2,1", "--decoder-share-scope", "attn",
+     "--encoder-share-scope", "ffn"],
+])
+def test_untrained_models_of_other_maps_and_scopes_export_exactly(flags, tmp_path, tmp_path_factory):
+    """Untrained weights: long, arbitrary outputs up to the length limit (CTranslate2's and
+    fairseq's limits and minimum lengths must agree)."""
+    data = data_bin(tmp_path_factory)
+    path = save_random_checkpoint(tmp_path / "random.pt", data, flags)
+    report = export(str(path), str(tmp_path / "out"), ct2=True, data=str(data),
+                    sentences=6, max_len_b=9)
+    for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
+        assert report["verify"][key]["different"] == 0, report["verify"][key]
+        assert report["verify"][key]["identical"] + report["verify"][key]["ties"] == 6
+
+
+def test_san_model_is_refused_saying_why(tmp_path, tmp_path_factory):
+    data = data_bin(tmp_path_factory)
+    path = save_random_checkpoint(tmp_path / "san.pt", data, [
+        "--decoder-layers", "4", "--san-self-policy", "1,3", "--san-cross-policy", "2,2"])
+    with pytest.raises(ExportError) as err:
+        export(str(path), str(tmp_path / "out"), ct2=True, data=str(data))
+    message = str(err.value)
+    assert "cannot export a SAN model (--san-self-policy 1,3, --san-cross-policy 2,2)" in message
+    assert "neither fairseq's Transformer nor CTranslate2" in message
+
+
+def test_cli_reports_and_refuses_bad_flags(exported, tmp_path, tmp_path_factory, capsys):
+    from fairseq_shared.cli.export import main
+
+    checkpoint, _, _ = exported
+    assert main([str(checkpoint), "--out", str(tmp_path), "--sentences", "3",
+                 "--data", str(data_bin(tmp_path_factory))]) == 0
+    assert "fairseq_plain_vs_shared: 3/3 identical" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path)]) == 2
+    assert "no such file" in capsys.readouterr().err
