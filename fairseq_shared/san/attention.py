@@ -31,7 +31,8 @@ from torch import Tensor
 
 from fairseq_shared.san.relay import Relay
 
-SELF, CROSS, CROSS_WEIGHTS = "self", "cross", "cross_weights"  # relay keys
+SELF, CROSS, CROSS_WEIGHTS = "self", "cross", "cross_weights"  # relay keys (TorchScript
+# reads no global strings: modules keep the keys they use as attributes)
 
 
 class WeightTap(nn.Module):
@@ -91,6 +92,7 @@ class FollowerSelfAttention(MultiheadAttention):
         self.out_proj = source.out_proj
         self.relay = relay
         self.release = release
+        self.key = SELF
 
     def forward(
         self,
@@ -120,7 +122,7 @@ class FollowerSelfAttention(MultiheadAttention):
                 v = torch.cat([prev_value.view(bsz * self.num_heads, -1, self.head_dim), v], dim=1)
             saved_state["prev_value"] = v.view(bsz, self.num_heads, -1, self.head_dim)
             self._set_input_buffer(incremental_state, saved_state)
-        leader_weights = self.relay.take(SELF) if self.release else self.relay.get(SELF)
+        leader_weights = self.relay.take(self.key) if self.release else self.relay.get(self.key)
         assert leader_weights.size(-1) == v.size(1), "leader and follower lengths differ"
         probs = self.dropout_module(leader_weights.type_as(v))
         attn = torch.bmm(probs, v)
@@ -138,6 +140,7 @@ class CrossFollower(nn.Module):
         self.out_proj = out_proj
         self.relay = relay
         self.release = release
+        self.keys = (CROSS, CROSS_WEIGHTS)
 
     def forward(
         self,
@@ -152,10 +155,11 @@ class CrossFollower(nn.Module):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
+        output_key, weights_key = self.keys
         if self.release:
-            shared, weights = self.relay.take(CROSS), self.relay.take(CROSS_WEIGHTS)
+            shared, weights = self.relay.take(output_key), self.relay.take(weights_key)
         else:
-            shared, weights = self.relay.get(CROSS), self.relay.get(CROSS_WEIGHTS)
+            shared, weights = self.relay.get(output_key), self.relay.get(weights_key)
         if self.out_proj is not None:
             shared = self.out_proj(shared)
         attn_weights: Optional[Tensor] = None
@@ -165,6 +169,15 @@ class CrossFollower(nn.Module):
             if not need_head_weights:
                 attn_weights = attn_weights.mean(dim=0)
         return shared, attn_weights
+
+    def _set_input_buffer(
+        self,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
+        buffer: Dict[str, Optional[Tensor]],
+    ):
+        """Part of the interface fairseq's layer compiles (for ``prev_attn_state``, which
+        fairseq's decoders never pass); a follower keeps no cache."""
+        return incremental_state
 
 
 def is_follower(attention: Optional[nn.Module]) -> bool:
