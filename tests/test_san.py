@@ -283,6 +283,10 @@ def test_training_step_reaches_leader_qk_through_followers():
         (["--san-cross-policy=-1,7"], "--san-cross-policy"),
         (["--san-encoder-policy", "1,1,1"], "--san-encoder-policy"),
         (["--san-cross-policy", "2,2,2", "--no-cross-attention"], "no encoder-decoder attention"),
+        (["--san-self-policy", "1,5", "--cross-self-attention"], "--cross-self-attention"),
+        (["--san-cross-policy", "2,2,2", "--decoder-layerdrop", "0.1"], "--decoder-layerdrop"),
+        (["--san-encoder-policy", "2", "--encoder-layerdrop", "0.1"], "--encoder-layerdrop 0"),
+        (["--san-self-policy", "1,5", "--checkpoint-activations"], "--checkpoint-activations"),
     ],
 )
 def test_bad_policies_stop_with_a_clear_error(flags, needle):
