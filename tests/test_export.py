@@ -131,3 +131,37 @@ def test_cli_reports_and_refuses_bad_flags(exported, tmp_path, tmp_path_factory,
     assert "fairseq_plain_vs_shared: 3/3 identical" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_factory):
+    """scripts/bench_export.py end to end on the tiny trained model (results/export.md is
+    written by the same script for the trained Bible models)."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_export.py"
+    spec = importlib.util.spec_from_file_location("bench_export", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    checkpoint, _, _ = exported
+    out = tmp_path / "export.md"
+    argv = [str(checkpoint), "--data", str(data_bin(tmp_path_factory)), "--out", str(out),
+            "--work", str(tmp_path / "work"), "--sentences", "5", "--verify-sentences", "5",
+            "--batch-sizes", "1,3", "--warmup", "0", "--repeats", "2"]
+    assert bench.main(argv) == 0
+    text = out.read_text()
+    assert "python scripts/bench_export.py " + " ".join(argv) in text
+    result = json.loads((tmp_path / "export.json").read_text())
+    rows = {r["engine"]: r for r in result["rows"]}
+    assert set(rows) == {"fairseq", "ct2_float32", "ct2_int8"}
+    # identical hypotheses (verified by the export) give identical scores
+    assert rows["ct2_float32"]["bleu"] == rows["fairseq"]["bleu"]
+    assert rows["ct2_float32"]["chrf"] == rows["fairseq"]["chrf"]
+    assert rows["fairseq"]["vs_fairseq_b1"] == 1.0 == rows["fairseq"]["vs_fairseq_b3"]
+    work = tmp_path / "work" / checkpoint.parent.name
+    assert rows["ct2_float32"]["disk_bytes"] == (work / "ct2" / "model.bin").stat().st_size
+    assert rows["fairseq"]["disk_bytes"] == (work / "checkpoint.pt").stat().st_size
+    for r in rows.values():
+        assert r["tok_s_b1"] > 0 and r["tok_s_b3"] > 0
+        assert 0 < r["rss_model_mb"] < r["peak_rss_mb"]
+        assert f"| {r['model']} | {r['engine']} | {r['bleu']:.2f} |" in text
