@@ -6,9 +6,10 @@ stored once in ``state_dict()`` and re-expanded on ``load_state_dict()``.
 
 A state dict also records each stack's layer-to-set map and scope
 (``{stack}.sharing_map_version``, ``{stack}.sharing_scope_version``), so that loading a state
-saved under another sharing configuration (``--restore-file``, ``--finetune-from-model``, ``--model-overrides``) either reproduces the
-saved model exactly or stops with an error naming both configurations. LayerDrop pruning
-(``--{stack}-layers-to-keep``) keeps each kept position's set.
+saved under another sharing configuration (``--restore-file``, ``--finetune-from-model``,
+``--model-overrides``) either reproduces the saved model exactly or stops with an error naming
+both configurations. LayerDrop pruning (``--{stack}-layers-to-keep``) keeps each kept
+position's set.
 """
 
 import contextlib
@@ -328,7 +329,8 @@ def _clear_layers_to_keep(model_cfg) -> None:
         return
     from omegaconf import DictConfig, open_dict
 
-    context = open_dict(model_cfg) if isinstance(model_cfg, DictConfig) else contextlib.nullcontext()
+    is_dict = isinstance(model_cfg, DictConfig)
+    context = open_dict(model_cfg) if is_dict else contextlib.nullcontext()
     with context:
         for stack in STACKS:
             if getattr(model_cfg, f"{stack}_layers_to_keep", None):
@@ -348,7 +350,9 @@ def _refuse_pruned_san(plan: Dict[str, StackSharing], san) -> None:
             )
 
 
-def expand_tied_state(state_dict, aliases: Dict[str, str], configs: Optional[Dict[str, str]] = None):
+def expand_tied_state(
+    state_dict, aliases: Dict[str, str], configs: Optional[Dict[str, str]] = None
+):
     """Add alias keys that point at their owner's tensor, so strict loading finds them.
 
     A state dict that already holds an alias with a value different from its owner's
@@ -362,7 +366,9 @@ def expand_tied_state(state_dict, aliases: Dict[str, str], configs: Optional[Dic
             continue
         if alias in expanded and not torch.equal(expanded[alias], expanded[owner]):
             stack = alias.split(".", 1)[0]
-            context = (configs or {}).get(stack) or "it was not written by a model with this sharing configuration"
+            context = (configs or {}).get(stack) or (
+                "it was not written by a model with this sharing configuration"
+            )
             raise SharingMismatchError(
                 f"checkpoint holds different values for tied parameters '{alias}' and "
                 f"'{owner}': {context}. The checkpoint cannot be loaded into this model "
