@@ -1,6 +1,7 @@
 """A tiny synthetic Spanish->English corpus in the Bible corpus's layout (for tests and
 ``--budget tiny``): ``raw/{train,valid,test}.{es,en}``, a joint ``spm.model`` and
-``bin/`` from ``fairseq-preprocess --joined-dictionary``.
+``bin/`` from ``fairseq-preprocess --joined-dictionary``, and the contamination audit
+(``audit.json``, lookup baseline) as the Bible build writes it.
 
 The "translation" is a word-for-word mapping of a small vocabulary, so a tiny model learns
 something within a few dozen updates. Sizes are chosen so that the test set (23 sentences)
@@ -74,6 +75,9 @@ def build_toy_corpus(out: str, seed: int = 1, vocab_size: int = 80) -> str:
         ],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    from fairseq_shared.data import audit
+
+    audit.write_report(audit.audit_corpus(raw, k=3), out)
     open(done, "w").close()
     return out
 

@@ -87,6 +87,12 @@ CONFIGS: List[Dict] = [
          strategy="none", N="L", M="L"),
     dict(name="san_cycle_rev_2L", tables=["xiao"], label="SAN + Cycle (rev)",
          arch="transformer_san", strategy="cycle_rev", N="2L", M="L"),
+    # the SAN pair of the evidence runs: encoder L, decoder 2L (the paper's policies for a
+    # 6-layer decoder at L=3: self 1,5, cross 2,2,2)
+    dict(name="vanilla_dec2L", tables=["xiao"], label="Vanilla (decoder 2L)",
+         strategy="none", N="L", M="L", decoder_N="2L", default=False),
+    dict(name="san_dec2L", tables=["xiao"], label="SAN (decoder 2L)", arch="transformer_san",
+         strategy="none", N="L", M="L", decoder_N="2L", default=False),
 ]
 
 TABLES = ("takase", "albert", "xiao")
@@ -203,6 +209,7 @@ class Run:
         self.dir = os.path.join(runs_dir or os.path.join(out, "runs"), self.name)
         L = budget["L"]
         self.N = resolve_count(config.get("N", "L"), L)
+        self.dec_N = resolve_count(config.get("decoder_N", config.get("N", "L")), L)
         self.M = resolve_count(config.get("M", "L"), L)
         self.strategy = config.get("strategy", "none")
         self.scope = config.get("scope", "all")
@@ -218,7 +225,7 @@ class Run:
         flags = ["--arch", self.arch]
         w = int(self.config.get("width_mult", 1))
         for stack in ("encoder", "decoder"):
-            flags += [f"--{stack}-layers", str(self.N),
+            flags += [f"--{stack}-layers", str(self.N if stack == "encoder" else self.dec_N),
                       f"--{stack}-embed-dim", str(w * b["dim"]),
                       f"--{stack}-ffn-embed-dim", str(w * b["ffn"]),
                       f"--{stack}-attention-heads", str(b["heads"]),
@@ -303,7 +310,7 @@ class Run:
         return "new"
 
     def layer_cost(self) -> int:
-        return 2 * self.N  # layers run per update (encoder + decoder)
+        return self.N + self.dec_N  # layers run per update (encoder + decoder)
 
 
 def count_params(run: Run) -> int:

@@ -1,0 +1,106 @@
+"""The evidence runs: a worker queue with one committed file per run, claims, and the tables
+rebuilt from those files (tiny budget on the toy corpus)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from fairseq_shared import evidence, evidence_report
+from fairseq_shared.toydata import build_toy_corpus
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    toy = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
+    root = tmp_path_factory.mktemp("evidence")
+    work, results = str(root / "work"), str(root / "results")
+    evidence.snapshot_corpus(toy, results)
+    items = [("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla", 2), ("cycle_rev_2L", 2)]
+    log = []
+    done = evidence.work_queue(items, toy, work, results, "tiny", progress=log.append)
+    return toy, work, results, done, log
+
+
+def test_each_run_writes_its_file(finished):
+    toy, work, results, done, _ = finished
+    assert done == ["vanilla_s1", "cycle_rev_2L_s1", "vanilla_s2", "cycle_rev_2L_s2"]
+    import sacrebleu
+
+    refs = evidence_report.read_lines(os.path.join(toy, "raw", "test.en"))
+    for item in done:
+        r = json.load(open(os.path.join(results, "runs", f"{item}.json")))
+        assert r["updates"] == 8 and r["budget"]["seed"] == int(item[-1])
+        assert r["curve"] and r["curve"][-1]["update"] == 8
+        assert r["curve"][-1]["valid_loss"] == pytest.approx(r["valid_loss"])
+        hyps = evidence_report.read_lines(os.path.join(results, r["test"]["hypotheses"]))
+        assert len(hyps) == len(refs) == r["test"]["sentences"]
+        assert r["test"]["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    s1 = json.load(open(os.path.join(results, "runs", "vanilla_s1.json")))
+    s2 = json.load(open(os.path.join(results, "runs", "vanilla_s2.json")))
+    assert s1["curve"] != s2["curve"]  # the seed reaches training
+    # a second worker finds nothing left to do
+    assert evidence.work_queue([("vanilla", 1)], toy, work, results, "tiny",
+                               progress=lambda m: None) == []
+
+
+def test_claims_are_exclusive_and_dead_claims_are_taken_over(tmp_path):
+    assert evidence.claim(str(tmp_path), "vanilla", 1)
+    assert not evidence.claim(str(tmp_path), "vanilla", 1)  # held by this (living) process
+    (tmp_path / "claims" / "vanilla_s1").write_text("999999999")  # a dead worker's claim
+    assert evidence.claim(str(tmp_path), "vanilla", 1)
+    evidence.release(str(tmp_path), "vanilla", 1)
+    assert not (tmp_path / "claims" / "vanilla_s1").exists()
+
+
+def test_queue_parsing_names_unknown_configurations():
+    assert evidence.parse_queue("vanilla:2,san_dec2L:1") == [("vanilla", 2), ("san_dec2L", 1)]
+    assert evidence.parse_queue(None) == evidence.QUEUE
+    with pytest.raises(SystemExit, match="unknown configuration 'vanila'"):
+        evidence.parse_queue("vanila:1")
+    with pytest.raises(SystemExit, match="needs a seed"):
+        evidence.parse_queue("vanilla")
+
+
+def test_render_tables_from_run_files(finished):
+    toy, _, results, _, _ = finished
+    paths = evidence_report.render(results)
+    text = open(paths["tables"]).read()
+    audit = json.load(open(os.path.join(toy, "audit.json")))
+    lk = audit["splits"]["test"]["lookup"]
+    assert f"| {lk['bleu']:.2f} | {lk['chrf']:.2f} |" in text
+    runs = evidence_report.load_runs(results)
+    bleus = [r["test"]["bleu"] for r in runs["vanilla"]]
+    mean = sum(bleus) / 2
+    assert f"{mean:.2f} ± " in text and f"({bleus[0]:.2f}, {bleus[1]:.2f})" in text
+    # the shared rows carry a paired bootstrap per seed against vanilla with the same seed
+    row = next(l for l in text.splitlines() if l.startswith("| Cycle (rev)"))
+    assert "s1: " in row and "s2: " in row and "p=" in row
+    assert "| universal | not run yet |" in text
+    assert os.path.getsize(paths["plot"]) > 10000
+    assert len(open(paths["csv"]).read().splitlines()) == 1 + 4
+
+
+def test_commit_only_the_named_paths(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "init"], check=True)
+    (repo / "a.json").write_text("{}")
+    (repo / "other.txt").write_text("not mine")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="a@b",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="a@b")
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        assert evidence.commit([repo / "a.json"], "run a", str(repo))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    shown = subprocess.run(git + ["show", "--name-only", "--format=%s"], capture_output=True,
+                           text=True).stdout.split()
+    assert shown == ["run", "a", "a.json"]
+    status = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True).stdout
+    assert "?? other.txt" in status
