@@ -14,6 +14,7 @@ files are committed at once, so a stopped session loses nothing. ``render`` rebu
 
 import argparse
 import os
+import subprocess
 import sys
 
 from fairseq_shared import evidence
@@ -67,9 +68,16 @@ def main(argv=None):
 
     _terminate_on_sigterm()
     evidence.snapshot_corpus(args.data, args.results)
-    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    repo = None
+    if args.commit:  # the repository that holds the results directory
+        os.makedirs(args.results, exist_ok=True)
+        top = subprocess.run(["git", "-C", args.results, "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True)
+        if top.returncode != 0:
+            raise SystemExit(f"--commit: {args.results} is not inside a git repository")
+        repo = top.stdout.strip()
     finished = evidence.work_queue(items, args.data, args.work, args.results, args.budget,
-                                   args.set, commit_repo=repo if args.commit else None)
+                                   args.set, commit_repo=repo)
     print(f"[evidence] this worker finished: {', '.join(finished) or 'nothing'}")
     return 0
 

@@ -128,7 +128,7 @@ BUDGETS: Dict[str, Dict] = {
                   **{**_DECODE_DEFAULTS, "subset": 300, "repeats": 2, "warmup_batches": 3}),
     # the evidence runs on the clean split (fairseq_shared.evidence): 2 runs side by side at
     # 1 thread each; valid loss every 100 updates for the learning curves, all checkpoints kept
-    "evidence": dict(L=3, dim=256, ffn=1024, heads=4, max_update=1200, max_minutes=None,
+    "evidence": dict(L=3, dim=256, ffn=1024, heads=4, max_update=800, max_minutes=None,
                      max_tokens=4096, lr=0.0015, warmup_updates=200, dropout=0.1, threads=1,
                      save_interval_updates=100, keep_interval_updates=-1, log_interval=25,
                      seed=1, device="cpu",
