@@ -35,6 +35,18 @@ def test_index_top_k_ranks_the_closest_first():
     assert top[0, 0] == 1 and top[1, 0] == 5
 
 
+def test_chunked_index_finds_the_same_neighbours():
+    texts = [s for s, _ in TRAIN for _ in range(2)]  # each line twice: 12 texts
+    whole = audit.CharNgramIndex(texts)
+    # chunks of 5 texts; vocabulary and IDF fitted on every second text (each line once)
+    chunked = audit.CharNgramIndex(texts, fit_max=6, chunk=5)
+    queries = [s for s, _ in HELD]
+    a, b = whole.top_k(queries, 5), chunked.top_k(queries, 5)
+    # same texts ranked first (copies of a line tie; compare the texts, not the indices)
+    assert [[texts[j] for j in row[:3]] for row in a] == [[texts[j] for j in row[:3]] for row in b]
+    assert b.shape == (3, 5) and b.max() < len(texts)
+
+
 def test_closest_train_scores_match_sacrebleu():
     import sacrebleu
 
@@ -83,3 +95,21 @@ def test_audit_command_report_and_exit_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fairseq_shared.data.audit", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "missing train.es, train.en" in proc.stderr
+
+
+def test_heldout_baseline_on_decoded_ids_and_score_without(tmp_path):
+    raw = tmp_path / "raw"
+    for split, pairs in (("train", TRAIN), ("valid", HELD[2:]), ("test", HELD)):
+        pipeline.write_lines(raw / f"{split}.es", (s for s, _ in pairs))
+        pipeline.write_lines(raw / f"{split}.en", (t for _, t in pairs))
+    assert audit.heldout_baseline(tmp_path) is None  # no audit yet
+    audit.write_report(audit.audit_corpus(raw, k=3), tmp_path)
+    import sacrebleu
+
+    lookup = (tmp_path / "lookup.test.en").read_text().splitlines()
+    refs = [t for _, t in HELD]
+    got = audit.heldout_baseline(tmp_path, ids=[1, 2])
+    assert got["sentences"] == 2 and got["near_duplicate_positions"] == [0]  # test line 2
+    assert got["bleu"] == round(sacrebleu.corpus_bleu(lookup[1:], [refs[1:]]).score, 2)
+    clean = audit.score_without(["x", refs[1], refs[2]], refs, drop=[0])
+    assert clean["bleu"] == 100.0 and clean["n"] == 2

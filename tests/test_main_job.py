@@ -40,6 +40,9 @@ def test_main_job_tiny_end_to_end_and_rerun(toy, tmp_path_factory, capsys):
     assert cells[0][3] == cells[1][3]  # same parameter count
     assert all(c[5] != "-" and c[6] != "-" and c[7] != "-" for c in cells)  # BLEU, chrF, tok/s
     assert "`test` set, all" in table
+    lookup = [l for l in table.splitlines() if l.startswith("| lookup baseline")]
+    assert len(lookup) == 1 and lookup[0].count("|") == 10  # 9 columns, BLEU/chrF filled
+    assert "Namespace(" not in out
 
     # re-running skips finished stages
     assert main_job.main(argv) == 0

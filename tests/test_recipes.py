@@ -140,6 +140,11 @@ def test_wmt16_pretokenized_prepare(tmp_path, monkeypatch):
     assert read_lines(work / "tok" / "train.en") == [p[1] for p in pairs]  # untouched
     assert count_lines(work / "raw" / "newstest2014.ref0.de") == 4
     assert (work / ".stages" / "binarize.done").exists()
+    # the contamination audit ran on valid and every test set (references: ref0)
+    audit = json.loads((work / "audit.json").read_text())
+    assert set(audit["splits"]) == {"valid", *(f"newstest{y}" for y in range(2010, 2017))}
+    assert audit["splits"]["newstest2014"]["pairs"] == 4
+    assert (work / "lookup.newstest2014.de").exists()
 
 
 def test_wmt14_and_wmt17_prepare(tmp_path, monkeypatch):

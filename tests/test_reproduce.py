@@ -102,6 +102,18 @@ def test_tiny_end_to_end_restart_and_resume(toy, shared_out):
     for png in ("bleu_vs_params.png", "bleu_vs_speed.png"):
         with open(os.path.join(shared_out, png), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # the corpus's lookup baseline stands in every table, scored on the decoded sentences
+    import sacrebleu
+
+    refs = open(os.path.join(toy, "raw", "test.en")).read().splitlines()
+    lookup = open(os.path.join(toy, "lookup.test.en")).read().splitlines()
+    expected = round(sacrebleu.corpus_bleu(lookup, [refs]).score, 2)
+    assert res["lookup"]["bleu"] == expected and res["lookup"]["sentences"] == len(refs)
+    assert tables.count(f"| lookup baseline (no model: closest training verse) |") == 3
+    assert f"BLEU {expected:.2f}" in tables
+    near = res["lookup"]["near_duplicate_positions"]
+    for r in rows.values():  # BLEU without the near-duplicates, where there are any
+        assert ("bleu_clean" in r) == bool(near)
     saved = json.load(open(res["paths"]["json"]))
     assert saved["budget"]["name"] == "tiny" and len(saved["rows"]) == len(rows)
     assert "version:2.6" in saved["bleu_signature"]

@@ -155,6 +155,10 @@ def render(result, budget) -> str:
         "chrF | decoding tokens/s | vs vanilla |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
+    from fairseq_shared.cli.reproduce import lookup_lines
+
+    lookup = result.get("lookup")
+    lines += lookup_lines(lookup, 9, 5)
     for r in result["rows"]:
         def f(x, spec):
             return "-" if x is None else format(x, spec)
@@ -171,6 +175,11 @@ def render(result, budget) -> str:
         f"interleaved timed passes after warm-up (fairseq's generator).",
         f"BLEU `{decode.get('bleu_signature')}`, chrF `{decode.get('chrf_signature')}`, "
         f"against {s.get('references')}.",
+        "Lookup baseline: no model, the English of the training verse whose Spanish is "
+        "closest (the corpus audit, `python -m fairseq_shared.data.audit`), on the same "
+        "verses; a model is worth what it scores above it." if lookup else
+        "No lookup baseline: the corpus has no audit (`python -m fairseq_shared.data.audit "
+        "RAW_DIR`).",
         f"Budget `{budget['name']}`: d={budget['dim']}, FFN {budget['ffn']}, L={budget['L']}, "
         f"max {budget['max_update']} updates (cap {budget['max_minutes']} min per model), "
         f"max tokens {budget['max_tokens']}, {budget['threads']} training threads.",

@@ -631,8 +631,45 @@ def collect_rows(runs: List[Run], decode: Optional[Dict]) -> List[Dict]:
     return rows
 
 
-def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str:
-    by = {r["name"]: r for r in rows}
+def heldout_baseline(data: str, budget: Dict, decode: Optional[Dict], out: str,
+                     rows: List[Dict]) -> Optional[Dict]:
+    """The corpus's lookup baseline on the decoded test sentences (None without an audit).
+    Where those sentences include near-duplicates of training data, each row also gets its
+    BLEU/chrF on the near-duplicate-free rest (``bleu_clean``, ``chrf_clean``)."""
+    from fairseq_shared import timing
+    from fairseq_shared.data import audit
+
+    _, _, tgt, _ = corpus_paths(data)
+    refs_path = os.path.join(data, "raw", f"test.{tgt}")
+    if not os.path.exists(refs_path):
+        return None
+    with open(refs_path, encoding="utf-8") as f:
+        num = sum(1 for _ in f)
+    ids = timing.select_ids(num, budget.get("subset"))
+    lookup = audit.heldout_baseline(data, ids, "test", tgt)
+    if lookup and lookup["near_duplicate_positions"] and decode:
+        refs = [audit.read_lines(refs_path)[i] for i in ids]
+        for r in rows:
+            hyp = os.path.join(out, "decode", f"hyp.{r['name']}.txt")
+            if os.path.exists(hyp):
+                clean = audit.score_without(audit.read_lines(hyp), refs,
+                                            lookup["near_duplicate_positions"])
+                r["bleu_clean"], r["chrf_clean"] = clean["bleu"], clean["chrf"]
+    return lookup
+
+
+def lookup_lines(lookup: Optional[Dict], columns: int, bleu_at: int) -> List[str]:
+    """A table row for the lookup baseline: BLEU and chrF in columns ``bleu_at`` and the next."""
+    if not lookup:
+        return []
+    cells = ["-"] * columns
+    cells[0] = "lookup baseline (no model: closest training verse)"
+    cells[bleu_at], cells[bleu_at + 1] = f"{lookup['bleu']:.2f}", f"{lookup['chrf']:.2f}"
+    return ["| " + " | ".join(cells) + " |"]
+
+
+def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict],
+                  lookup: Optional[Dict] = None) -> str:
     s = (decode or {}).get("settings", {})
     out = [f"# Reproduced tables (budget `{budget['name']}`)", "",
            f"Budget: {', '.join(f'{k}={v}' for k, v in budget.items() if k != 'name')}.",
@@ -647,6 +684,15 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str
                    f"interleaved. BLEU: `{decode.get('bleu_signature')}`; chrF: "
                    f"`{decode.get('chrf_signature')}`. References: {s.get('references')}.")
         out.append("")
+    if lookup:
+        n_near = len(lookup["near_duplicate_positions"])
+        out += [f"Lookup baseline (no model; the English of the training verse whose Spanish is "
+                f"closest, `python -m fairseq_shared.data.audit`) on the same "
+                f"{lookup['sentences']} sentences: BLEU {lookup['bleu']:.2f}, chrF "
+                f"{lookup['chrf']:.2f}. Test near-duplicates of training data (chrF >= 70): "
+                f"{100 * lookup['near_duplicate_share_70']:.1f}%"
+                + (f"; {n_near} of the decoded sentences, so the all-configurations table "
+                   "also gives BLEU without them." if n_near else "."), ""]
 
     def skipped(r):
         return f" (skipped: {r['skip_reason']})" if r["skip_reason"] else ""
@@ -655,6 +701,7 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str
     out += ["## Parameter sharing across layers (Takase & Kiyono 2021)", "",
             "| method | M | N | params | train speed | updates | BLEU | chrF |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out += lookup_lines(lookup, 8, 6)
     for r in rows:
         if "takase" in r["tables"]:
             out.append(f"| {r['label']}{skipped(r)} | {r['M']} | {r['N']} | "
@@ -664,6 +711,7 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str
     out += ["", "## What is shared (ALBERT-style ablation, for MT)", "",
             "| shared | grouping (sets per stack) | params | train speed | BLEU | chrF |",
             "|---|---|---:|---:|---:|---:|"]
+    out += lookup_lines(lookup, 6, 4)
     albert_label = {"vanilla": "nothing", "universal": "all"}
     for r in rows:
         if "albert" in r["tables"]:
@@ -678,6 +726,7 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str
     out += ["", "## Attention-weight sharing in the decoder (Xiao et al. 2019)", "",
             "| method | N | params | BLEU | chrF | decode tok/s | decode sent/s | speed vs baseline |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out += lookup_lines(lookup, 8, 3)
     for r in rows:
         if "xiao" in r["tables"]:
             label = "Baseline" if r["name"] == "vanilla" else r["label"]
@@ -700,6 +749,9 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict]) -> str
             f"{_f(r['decode_tokens_per_s'], '.1f')} ({_f(r['decode_tokens_per_s_min'], '.1f')}-"
             f"{_f(r['decode_tokens_per_s_max'], '.1f')}) | "
             f"{_f(r['decode_speed_vs_vanilla'], '.2f', 'x')} |")
+    if any("bleu_clean" in r for r in rows):
+        out += ["", "BLEU / chrF without the test near-duplicates: " + ", ".join(
+            f"{r['name']} {_f(r.get('bleu_clean'))} / {_f(r.get('chrf_clean'))}" for r in rows)]
     out += ["", "Training speed: median fairseq `wps` (target tokens/s) over the logged "
             "intervals, relative to vanilla. Decoding speed: median output tokens/s over the "
             "timed passes (fairseq's generator, time inside `task.inference_step`); ratios "
@@ -738,15 +790,15 @@ def plot(rows: List[Dict], out: str) -> List[str]:
     return paths
 
 
-def write_results(rows, budget, decode, out) -> Dict[str, str]:
+def write_results(rows, budget, decode, out, lookup=None) -> Dict[str, str]:
     os.makedirs(out, exist_ok=True)
     paths = {"tables": os.path.join(out, "tables.md"),
              "json": os.path.join(out, "results.json"),
              "csv": os.path.join(out, "results.csv")}
     with open(paths["tables"], "w", encoding="utf-8") as f:
-        f.write(render_tables(rows, budget, decode))
+        f.write(render_tables(rows, budget, decode, lookup))
     with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump({"budget": budget, "rows": rows,
+        json.dump({"budget": budget, "rows": rows, "lookup": lookup,
                    "decode_settings": (decode or {}).get("settings"),
                    "bleu_signature": (decode or {}).get("bleu_signature"),
                    "chrf_signature": (decode or {}).get("chrf_signature")},
@@ -829,9 +881,10 @@ def reproduce(data: str, out: str, budget: Dict, configs: List[Dict], dry_run=Fa
     if not skip_decode and todo:
         decode = decode_all(runs, budget, data, out, log)
     rows = collect_rows(runs, decode)
-    paths = write_results(rows, budget, decode, out)
+    lookup = heldout_baseline(data, budget, decode, out, rows)
+    paths = write_results(rows, budget, decode, out, lookup)
     log(f"[done] {', '.join(paths.values())}; total {(time.time() - t_overall) / 60:.1f} min")
-    return {"runs": runs, "rows": rows, "decode": decode, "paths": paths}
+    return {"runs": runs, "rows": rows, "decode": decode, "paths": paths, "lookup": lookup}
 
 
 def build_parser():

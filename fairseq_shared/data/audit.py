@@ -29,7 +29,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -39,25 +39,43 @@ DEFAULT_K = 10
 
 
 class CharNgramIndex:
-    """Cosine nearest neighbours over TF-IDF vectors of character 3-5-grams."""
+    """Cosine nearest neighbours over TF-IDF vectors of character 3-5-grams.
 
-    def __init__(self, texts: Sequence[str]):
+    The vocabulary and IDF weights are fitted on at most ``fit_max`` evenly spaced texts and
+    the index is kept in chunks of ``chunk`` texts, so that a WMT-sized training side (millions
+    of sentences) fits in memory; for a corpus under both limits it is plain TF-IDF."""
+
+    def __init__(self, texts: Sequence[str], fit_max: int = 200_000, chunk: int = 200_000):
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         self.vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5),
                                           sublinear_tf=True, lowercase=True, dtype=np.float32)
-        self.matrix = self.vectorizer.fit_transform(texts)
+        step = max(1, len(texts) // fit_max)
+        self.vectorizer.fit(texts[::step])
+        self.size = len(texts)
+        self.chunks = [(start, self.vectorizer.transform(texts[start:start + chunk]))
+                       for start in range(0, len(texts), chunk)]
 
-    def top_k(self, queries: Sequence[str], k: int, chunk: int = 256) -> np.ndarray:
+    def top_k(self, queries: Sequence[str], k: int, block: int = 256) -> np.ndarray:
         """Indices of the ``k`` most similar indexed texts for each query (best first)."""
-        k = min(k, self.matrix.shape[0])
+        k = min(k, self.size)
         q = self.vectorizer.transform(queries)
         out = np.zeros((len(queries), k), dtype=np.int64)
-        for start in range(0, len(queries), chunk):
-            sims = (q[start:start + chunk] @ self.matrix.T).toarray()
-            part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-            order = np.take_along_axis(sims, part, axis=1).argsort(axis=1)[:, ::-1]
-            out[start:start + chunk] = np.take_along_axis(part, order, axis=1)
+        for b in range(0, len(queries), block):
+            best_ids = best_sims = None
+            for start, matrix in self.chunks:
+                sims = (q[b:b + block] @ matrix.T).toarray()
+                kk = min(k, sims.shape[1])
+                part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
+                part_sims = np.take_along_axis(sims, part, axis=1)
+                part = part + start
+                if best_ids is not None:
+                    part = np.concatenate([best_ids, part], axis=1)
+                    part_sims = np.concatenate([best_sims, part_sims], axis=1)
+                order = np.argsort(-part_sims, axis=1, kind="stable")[:, :k]
+                best_ids = np.take_along_axis(part, order, axis=1)
+                best_sims = np.take_along_axis(part_sims, order, axis=1)
+            out[b:b + block] = best_ids
         return out
 
 
@@ -152,6 +170,12 @@ def read_lines(path) -> List[str]:
         return [line.rstrip("\n") for line in f]
 
 
+def target_file(raw: Path, split: str, tgt: str) -> Path:
+    """``SPLIT.TGT``, or the first reference ``SPLIT.ref0.TGT`` of a recipe's test set."""
+    plain = raw / f"{split}.{tgt}"
+    return plain if plain.exists() else raw / f"{split}.ref0.{tgt}"
+
+
 def audit_corpus(raw_dir, src="es", tgt="en", splits=("valid", "test"), k=DEFAULT_K) -> Dict:
     raw = Path(raw_dir)
     train_src, train_tgt = read_lines(raw / f"train.{src}"), read_lines(raw / f"train.{tgt}")
@@ -160,10 +184,10 @@ def audit_corpus(raw_dir, src="es", tgt="en", splits=("valid", "test"), k=DEFAUL
               "k": k, "retrieval": "TF-IDF char_wb 3-5-grams, cosine; then sentence chrF",
               "splits": {}}
     for split in splits:
-        if not (raw / f"{split}.{src}").exists():
+        if not (raw / f"{split}.{src}").exists() or not target_file(raw, split, tgt).exists():
             continue
         report["splits"][split] = audit_split(
-            read_lines(raw / f"{split}.{src}"), read_lines(raw / f"{split}.{tgt}"),
+            read_lines(raw / f"{split}.{src}"), read_lines(target_file(raw, split, tgt)),
             train_src, train_tgt, k, indexes)
     return report
 
@@ -212,6 +236,37 @@ def write_report(report: Dict, out_dir) -> Dict[str, str]:
         (out / f"lookup.{split}.{report['tgt']}").write_text(
             "".join(h + "\n" for h in r["lookup_hypotheses"]), encoding="utf-8")
     return {"json": str(out / "audit.json"), "md": str(out / "audit.md")}
+
+
+def heldout_baseline(root, ids=None, split: str = "test", tgt: str = "en") -> Optional[Dict]:
+    """The lookup baseline of a prepared corpus on the decoded sentences ``ids`` (all when
+    None), and which of those positions are near-duplicates of training data; None when the
+    corpus has no audit (``audit.json`` and ``lookup.SPLIT.TGT`` beside ``raw/``)."""
+    from fairseq_shared.data.scoring import score
+
+    root = Path(root)
+    report_path, lookup_path = root / "audit.json", root / f"lookup.{split}.{tgt}"
+    if not report_path.exists() or not lookup_path.exists():
+        return None
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    if split not in report["splits"]:
+        return None
+    refs, lookup = read_lines(root / "raw" / f"{split}.{tgt}"), read_lines(lookup_path)
+    ids = list(range(len(refs))) if ids is None else [int(i) for i in ids]
+    near = set(report["splits"][split]["near_duplicate_ids"])
+    scored = score([lookup[i] for i in ids], [refs[i] for i in ids])
+    return {"bleu": scored["bleu"], "chrf": scored["chrf"], "sentences": len(ids),
+            "near_duplicate_positions": [k for k, i in enumerate(ids) if i in near],
+            "near_duplicate_share_70": report["splits"][split]["near_duplicate_share"]["70"]}
+
+
+def score_without(hyps: Sequence[str], refs: Sequence[str], drop: Sequence[int]) -> Dict:
+    """BLEU/chrF of ``hyps`` with the positions ``drop`` (near-duplicates) left out."""
+    from fairseq_shared.data.scoring import score
+
+    drop = set(drop)
+    keep = [k for k in range(len(hyps)) if k not in drop]
+    return score([hyps[k] for k in keep], [refs[k] for k in keep])
 
 
 def test_contamination(report: Dict, split: str = "test") -> float:

@@ -169,6 +169,13 @@ def spm_decode_line(pieces_line):
 
 # --------------------------------------------------------------------------- fairseq
 
+class _DropNamespace:
+    """Logging filter: drop the record that is fairseq's whole ``Namespace(...)`` dump."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Namespace(")
+
+
 def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=None,
                        joined=True, srcdict=None, extra=(), in_process=True):
     """``fairseq-preprocess`` (one worker) into ``destdir``, written to a temp dir first."""
@@ -196,7 +203,12 @@ def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=No
         from fairseq_cli import preprocess
 
         log("fairseq-preprocess " + " ".join(args))
-        preprocess.main(options.get_preprocessing_parser().parse_args(args))
+        quiet = _DropNamespace()
+        preprocess.logger.addFilter(quiet)  # its first line is the whole argument Namespace
+        try:
+            preprocess.main(options.get_preprocessing_parser().parse_args(args))
+        finally:
+            preprocess.logger.removeFilter(quiet)
     else:
         run_cmd([sys.executable, "-m", "fairseq_cli.preprocess"] + args)
     if destdir.exists():

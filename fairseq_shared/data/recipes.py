@@ -351,6 +351,21 @@ def extract_raw(task, work):
         + ", ".join(f"{n} {pipeline.count_lines(raw / f'{n}.{task.src}')}" for n in task.test))
 
 
+def audit_raw(task, work):
+    """The contamination audit of the raw splits (valid and every test set) against train:
+    near-duplicates and the lookup baseline -> WORK/audit.{json,md}; warns above 1% of a
+    test set (the papers' test sets are fixed, so it reports rather than stops)."""
+    from fairseq_shared.data import audit
+
+    report = audit.audit_corpus(Path(work) / "raw", task.src, task.tgt, ["valid", *task.test])
+    audit.write_report(report, work)
+    for split, r in report["splits"].items():
+        share = r["near_duplicate_share"][str(audit.NEAR_DUPLICATE)]
+        log(f"audit {split}: {100 * share:.2f}% near-duplicates of train (chrF >= "
+            f"{audit.NEAR_DUPLICATE}), lookup BLEU {r['lookup']['bleu']:.2f}"
+            + ("  WARNING: above 1%" if split != "valid" and share > 0.01 else ""))
+
+
 def _moses(task, lang):
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
@@ -465,6 +480,8 @@ def prepare(task, work):
     raw_files = [work / "raw" / f"{s}.{l}" for s in ("train", "valid") for l in (task.src, task.tgt)]
     stages.run("extract", raw_files, lambda: extract_raw(task, work),
                params={"task": task.name, "local": os.environ.get(task.env)}, after=["fetch"])
+    stages.run("audit", [work / "audit.json", work / "audit.md"],
+               lambda: audit_raw(task, work), after=["extract"])
     tok_files = [work / "tok" / f"{s}.{l}" for s in splits_of(task) for l in (task.src, task.tgt)]
     stages.run("tokenize", tok_files, lambda: tokenize(task, work),
                params={"prep": task.prep, "lc": task.lowercase, "max_len": task.max_len},
