@@ -218,6 +218,35 @@ def test_architecture_defaults_follow_the_papers():
     assert override.sharing["decoder"].assignment == [0, 0, 1, 1, 2, 2]
 
 
+REGISTERED = {"shared_transformer"} | {
+    family + size
+    for family in (
+        "transformer_sequence",
+        "transformer_cycle",
+        "transformer_cycle_rev",
+        "transformer_universal",
+        "transformer_attn_shared",
+        "transformer_san",
+    )
+    for size in ("", "_iwslt_de_en", "_wmt_en_de", "_wmt_en_de_big")
+}
+
+
+def test_registry_holds_exactly_the_same_names_each_a_findable_function():
+    import inspect
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from fairseq_shared.models import architectures
+
+    ours = {n for n, m in ARCH_MODEL_REGISTRY.items() if m is SharedTransformerModel}
+    assert ours == REGISTERED and len(ours) == 25
+    source = inspect.getsource(architectures)
+    for name in ours:  # grep "def NAME" finds every registered architecture
+        assert f"\ndef {name}(args):" in source, name
+        assert ARCH_CONFIG_REGISTRY[name] is getattr(architectures, name)
+
+
 # ---- loading across sharing configurations (issue 10, item 4) ---------------------------
 from fairseq_shared.sharing import SharingMismatchError  # noqa: E402
 

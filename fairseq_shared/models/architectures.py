@@ -4,6 +4,12 @@ Each sharing family comes in fairseq's four sizes: the plain name is base size
 (512/2048, 8 heads, as in Takase & Kiyono's table), then ``_iwslt_de_en`` (512/1024,
 4 heads), ``_wmt_en_de`` (= base) and ``_wmt_en_de_big`` (1024/4096, 16 heads,
 dropout 0.3). Every default can still be overridden on the command line.
+
+Every registered name is a function below, so ``grep "def transformer_cycle_rev"`` finds
+it: ``shared_transformer`` and, for each family of FAMILIES (``transformer_sequence``,
+``transformer_cycle``, ``transformer_cycle_rev``, ``transformer_universal``,
+``transformer_attn_shared``, ``transformer_san``), the family name and the family name
+followed by ``_iwslt_de_en``, ``_wmt_en_de`` and ``_wmt_en_de_big``: 25 names.
 """
 
 from fairseq.models import register_model_architecture
@@ -63,31 +69,140 @@ def shared_transformer(args):
     shared_base_architecture(args)
 
 
-def _make_architecture(family, sharing, size_fn):
-    def architecture(args):
-        for stack in ("encoder", "decoder"):
-            set_default(args, f"{stack}_layers", sharing["layers"])
-            set_default(args, f"{stack}_share_strategy", sharing["strategy"])
-            set_default(args, f"{stack}_share_scope", sharing["scope"])
-            # M defaults only where it means the same thing: for sequence/cycle/cycle_rev
-            # families and a sequence/cycle/cycle_rev strategy (universal needs no M).
-            if sharing["strategy"] in M_STRATEGIES and (
-                getattr(args, f"{stack}_share_strategy") in M_STRATEGIES
-            ):
-                set_default(args, f"{stack}_unique_layers", sharing["unique_layers"])
-        size_fn(args)
-        if sharing.get("san"):
-            san_paper_defaults(args)
-        shared_base_architecture(args)
-
-    architecture.__name__ = family
-    return architecture
+def apply_family(args, family, size_fn):
+    """The defaults of ``family`` (a key of FAMILIES) at the size ``size_fn`` sets."""
+    sharing = FAMILIES[family]
+    for stack in ("encoder", "decoder"):
+        set_default(args, f"{stack}_layers", sharing["layers"])
+        set_default(args, f"{stack}_share_strategy", sharing["strategy"])
+        set_default(args, f"{stack}_share_scope", sharing["scope"])
+        # M defaults only where it means the same thing: for sequence/cycle/cycle_rev
+        # families and a sequence/cycle/cycle_rev strategy (universal needs no M).
+        if sharing["strategy"] in M_STRATEGIES and (
+            getattr(args, f"{stack}_share_strategy") in M_STRATEGIES
+        ):
+            set_default(args, f"{stack}_unique_layers", sharing["unique_layers"])
+    size_fn(args)
+    if sharing.get("san"):
+        san_paper_defaults(args)
+    shared_base_architecture(args)
 
 
-ARCHITECTURES = {}
-for _family, _sharing in FAMILIES.items():
-    for _suffix, _size_fn in SIZES.items():
-        _name = _family + _suffix
-        ARCHITECTURES[_name] = register_model_architecture(MODEL, _name)(
-            _make_architecture(_name, _sharing, _size_fn)
-        )
+@register_model_architecture(MODEL, "transformer_sequence")
+def transformer_sequence(args):
+    apply_family(args, "transformer_sequence", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_sequence_iwslt_de_en")
+def transformer_sequence_iwslt_de_en(args):
+    apply_family(args, "transformer_sequence", transformer_iwslt_de_en)
+
+
+@register_model_architecture(MODEL, "transformer_sequence_wmt_en_de")
+def transformer_sequence_wmt_en_de(args):
+    apply_family(args, "transformer_sequence", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_sequence_wmt_en_de_big")
+def transformer_sequence_wmt_en_de_big(args):
+    apply_family(args, "transformer_sequence", transformer_wmt_en_de_big)
+
+
+@register_model_architecture(MODEL, "transformer_cycle")
+def transformer_cycle(args):
+    apply_family(args, "transformer_cycle", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_iwslt_de_en")
+def transformer_cycle_iwslt_de_en(args):
+    apply_family(args, "transformer_cycle", transformer_iwslt_de_en)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_wmt_en_de")
+def transformer_cycle_wmt_en_de(args):
+    apply_family(args, "transformer_cycle", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_wmt_en_de_big")
+def transformer_cycle_wmt_en_de_big(args):
+    apply_family(args, "transformer_cycle", transformer_wmt_en_de_big)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_rev")
+def transformer_cycle_rev(args):
+    apply_family(args, "transformer_cycle_rev", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_rev_iwslt_de_en")
+def transformer_cycle_rev_iwslt_de_en(args):
+    apply_family(args, "transformer_cycle_rev", transformer_iwslt_de_en)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_rev_wmt_en_de")
+def transformer_cycle_rev_wmt_en_de(args):
+    apply_family(args, "transformer_cycle_rev", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_cycle_rev_wmt_en_de_big")
+def transformer_cycle_rev_wmt_en_de_big(args):
+    apply_family(args, "transformer_cycle_rev", transformer_wmt_en_de_big)
+
+
+@register_model_architecture(MODEL, "transformer_universal")
+def transformer_universal(args):
+    apply_family(args, "transformer_universal", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_universal_iwslt_de_en")
+def transformer_universal_iwslt_de_en(args):
+    apply_family(args, "transformer_universal", transformer_iwslt_de_en)
+
+
+@register_model_architecture(MODEL, "transformer_universal_wmt_en_de")
+def transformer_universal_wmt_en_de(args):
+    apply_family(args, "transformer_universal", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_universal_wmt_en_de_big")
+def transformer_universal_wmt_en_de_big(args):
+    apply_family(args, "transformer_universal", transformer_wmt_en_de_big)
+
+
+@register_model_architecture(MODEL, "transformer_attn_shared")
+def transformer_attn_shared(args):
+    apply_family(args, "transformer_attn_shared", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_attn_shared_iwslt_de_en")
+def transformer_attn_shared_iwslt_de_en(args):
+    apply_family(args, "transformer_attn_shared", transformer_iwslt_de_en)
+
+
+@register_model_architecture(MODEL, "transformer_attn_shared_wmt_en_de")
+def transformer_attn_shared_wmt_en_de(args):
+    apply_family(args, "transformer_attn_shared", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_attn_shared_wmt_en_de_big")
+def transformer_attn_shared_wmt_en_de_big(args):
+    apply_family(args, "transformer_attn_shared", transformer_wmt_en_de_big)
+
+
+@register_model_architecture(MODEL, "transformer_san")
+def transformer_san(args):
+    apply_family(args, "transformer_san", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_san_iwslt_de_en")
+def transformer_san_iwslt_de_en(args):
+    apply_family(args, "transformer_san", transformer_iwslt_de_en)
+
+
+@register_model_architecture(MODEL, "transformer_san_wmt_en_de")
+def transformer_san_wmt_en_de(args):
+    apply_family(args, "transformer_san", transformer_wmt_en_de)
+
+
+@register_model_architecture(MODEL, "transformer_san_wmt_en_de_big")
+def transformer_san_wmt_en_de_big(args):
+    apply_family(args, "transformer_san", transformer_wmt_en_de_big)
