@@ -98,11 +98,15 @@ def release(work: str, name: str, seed: int) -> None:
 
 # ---------------------------------------------------------------------------- one run
 def learning_curve(log_path: str) -> List[Dict]:
-    """Valid loss at every validation, with the training seconds at that update (the
-    cumulative ``train_wall`` of the last ``train_inner`` line before it)."""
-    curve, wall = [], 0.0
+    """Valid loss at every validation, with the training seconds spent up to that update.
+
+    fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
+    interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
+    are the sum over the intervals that end at or before u; an interval logged twice (a killed
+    attempt that was resumed from an earlier checkpoint) counts once, with its last value."""
+    intervals, points = {}, {}
     if not os.path.exists(log_path):
-        return curve
+        return []
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             m = reproduce._JSON_RE.search(line)
@@ -112,16 +116,17 @@ def learning_curve(log_path: str) -> List[Dict]:
                 rec = json.loads(m.group(2))
             except json.JSONDecodeError:
                 continue
-            if m.group(1) == "train_inner":
-                wall = float(rec.get("train_wall", rec.get("wall", wall)))
+            if m.group(1) == "train_inner" and "train_wall" in rec:
+                intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
             elif m.group(1) == "valid":
                 point = {"update": int(float(rec["valid_num_updates"])),
-                         "valid_loss": float(rec["valid_loss"]),
-                         "train_seconds": wall}
+                         "valid_loss": float(rec["valid_loss"])}
                 if "valid_nll_loss" in rec:
                     point["valid_nll_loss"] = float(rec["valid_nll_loss"])
-                curve = [p for p in curve if p["update"] != point["update"]] + [point]
-    return sorted(curve, key=lambda p: p["update"])
+                points[point["update"]] = point
+    for u, point in points.items():
+        point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
+    return [points[u] for u in sorted(points)]
 
 
 def run_item(name: str, seed: int, data: str, work: str, results: str,

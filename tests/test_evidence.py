@@ -45,6 +45,23 @@ def test_each_run_writes_its_file(finished):
                                progress=lambda m: None) == []
 
 
+def test_learning_curve_sums_interval_seconds_once_per_interval(tmp_path):
+    def inner(u, secs):
+        return ('x | INFO | train_inner | {"num_updates": "%d", "train_wall": "%d", "wall": "0"}\n'
+                % (u, secs))
+
+    def valid(u, loss):
+        return 'x | INFO | valid | {"valid_loss": "%s", "valid_num_updates": "%d"}\n' % (loss, u)
+
+    log = tmp_path / "train.log"
+    log.write_text(inner(25, 10) + inner(50, 12) + valid(50, "9.5") + inner(75, 11)
+                   # killed after update 75, resumed from the checkpoint at 50
+                   + inner(75, 13) + inner(100, 9) + valid(100, "8.25"))
+    curve = evidence.learning_curve(str(log))
+    assert curve == [{"update": 50, "valid_loss": 9.5, "train_seconds": 22.0},
+                     {"update": 100, "valid_loss": 8.25, "train_seconds": 44.0}]
+
+
 def test_claims_are_exclusive_and_dead_claims_are_taken_over(tmp_path):
     assert evidence.claim(str(tmp_path), "vanilla", 1)
     assert not evidence.claim(str(tmp_path), "vanilla", 1)  # held by this (living) process
