@@ -161,10 +161,6 @@ def layer_assignment(
     return _cycle_rev(N, M)
 
 
-def num_sets(assignment: Sequence[int]) -> int:
-    return max(assignment) + 1
-
-
 def validate_scope(scope: str, stack: str = "encoder") -> str:
     if scope not in SCOPES:
         raise SharingConfigError(

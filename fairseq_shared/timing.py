@@ -79,10 +79,10 @@ import numpy as np
 import torch
 
 import fairseq_shared  # noqa: F401  (registers models; compat fixes)
+from fairseq_shared.data.scoring import score
+from fairseq_shared.experiments.commands import USER_DIR
 
 logger = logging.getLogger("fairseq_shared.timing")
-
-USER_DIR = os.path.dirname(os.path.abspath(fairseq_shared.__file__))
 
 
 class DroppedSentencesError(RuntimeError):
@@ -569,17 +569,6 @@ def check_counts(wanted_ids, outputs: Dict[int, list], duplicates=(), name="mode
         )
 
 
-def score(hyps: List[str], refs: List[str]):
-    """sacreBLEU BLEU and chrF of detokenized hypotheses; returns (bleu, chrf) metric objects
-    and their scores."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    bleu, chrf = BLEU(), CHRF()
-    b = bleu.corpus_score(hyps, [refs])
-    c = chrf.corpus_score(hyps, [refs])
-    return b, c, str(bleu.get_signature()), str(chrf.get_signature())
-
-
 def benchmark(
     checkpoints: Dict[str, str],
     data: str,
@@ -661,8 +650,9 @@ def benchmark(
         outputs = first_outputs[m.name]
         res.hypotheses = m.detokenize(outputs)
         res.hyp_lengths = [len(outputs[i]) for i in session.ids.tolist()]
-        b, c, bsig, csig = score(res.hypotheses, refs)
-        res.bleu, res.chrf, res.bleu_signature, res.chrf_signature = b.score, c.score, bsig, csig
+        s = score(res.hypotheses, refs, digits=None)
+        res.bleu, res.chrf = s["bleu"], s["chrf"]
+        res.bleu_signature, res.chrf_signature = s["bleu_signature"], s["chrf_signature"]
     settings = session.settings()
     settings.update(
         warmup_passes=warmup,

@@ -13,6 +13,8 @@ import random
 import subprocess
 import sys
 
+from fairseq_shared.experiments.commands import fairseq_tool
+
 ES = "uno dos tres cuatro cinco seis siete ocho nueve diez casa perro gato agua sol luna " \
      "dios tierra cielo hombre mujer rey dijo dia noche".split()
 EN = "one two three four five six seven eight nine ten house dog cat water sun moon " \
@@ -65,8 +67,7 @@ def build_toy_corpus(out: str, seed: int = 1, vocab_size: int = 80) -> str:
             with open(os.path.join(spmdir, f"{split}.{lang}"), "w", encoding="utf-8") as f:
                 f.write("".join(" ".join(sp.encode(l, out_type=str)) + "\n" for l in lines))
     subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "fairseq-preprocess"),
+        fairseq_tool("preprocess") + [
             "--source-lang", "es", "--target-lang", "en",
             "--trainpref", os.path.join(spmdir, "train"),
             "--validpref", os.path.join(spmdir, "valid"),

@@ -10,7 +10,7 @@ own batching, from ``fairseq_shared.timing.Session``) at each batch size, in int
 passes (pass r runs every engine once, in a rotating order, before pass r + 1). Speed is output
 tokens (EOS included) per second of decoding, median over passes; "vs fairseq" is the median
 over passes of the per-pass ratio to fairseq on the same checkpoint. BLEU/chrF are sacreBLEU on
-the detokenized hypotheses of the batch-1 pass (``fairseq_shared.timing.score``), detokenized
+the detokenized hypotheses of the batch-1 pass (``fairseq_shared.data.scoring.score``), detokenized
 as fairseq-generate does. Size on disk: the deployable file (fairseq: the exported
 ``checkpoint.pt``; CTranslate2: ``model.bin``). Resident memory: measured in a fresh process
 per engine (RSS after loading the model and translating 8 sentences, minus the RSS after the
@@ -135,7 +135,8 @@ def bench(args) -> Dict:
     import torch
 
     from fairseq_shared.export.api import export
-    from fairseq_shared.timing import Session, resolve_data, score
+    from fairseq_shared.data.scoring import score
+    from fairseq_shared.timing import Session, resolve_data
 
     torch.set_num_threads(args.threads)
     bin_dir, _ = resolve_data(args.data)
@@ -186,10 +187,9 @@ def bench(args) -> Dict:
                  "ct2_float32": os.path.join(export_dir, "ct2", "model.bin"),
                  "ct2_int8": os.path.join(export_dir, "ct2_int8", "model.bin")}
         for engine in ENGINES:
-            b, c, bsig, _ = score(detokenize(sessions[bleu_bs], outputs[(bleu_bs, name, engine)]),
-                                  refs)
-            row = {"model": name, "engine": engine, "bleu": round(b.score, 2),
-                   "chrf": round(c.score, 2), "bleu_signature": bsig,
+            s = score(detokenize(sessions[bleu_bs], outputs[(bleu_bs, name, engine)]), refs)
+            row = {"model": name, "engine": engine, "bleu": s["bleu"],
+                   "chrf": s["chrf"], "bleu_signature": s["bleu_signature"],
                    "disk_bytes": os.path.getsize(files[engine])}
             for bs in args.batch_sizes:
                 mine = passes[(bs, name, engine)]

@@ -22,11 +22,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import fairseq_shared  # noqa: E402,F401
-from fairseq import checkpoint_utils  # noqa: E402
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
-from fairseq_shared.timing import select_ids  # noqa: E402
+import fairseq_shared  # noqa: F401
+from fairseq import checkpoint_utils
+from fairseq.sequence_generator import SequenceGenerator
+from fairseq_shared.timing import select_ids
 
 
 def batches(task, n, bsz):

@@ -12,10 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fairseq_shared
+from fairseq_shared.experiments.commands import TOOLS, USER_DIR, fairseq_tool
 
-BIN = Path(sys.executable).parent
-USER_DIR = str(Path(fairseq_shared.__file__).parent)
+BIN = Path(sys.executable).parent  # other console scripts (torchrun, fairseq-shared-average)
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 #: A tiny transformer_cycle_rev: 4+4 layers over 2 parameter sets, dim 32, no dropout.
@@ -38,8 +37,11 @@ _CACHE = {}
 
 
 def run_tool(tool, *args, check=True, env=None, timeout=300, input=None):
-    """Run a console script from this virtualenv; return (returncode, stdout+stderr)."""
-    cmd = [str(BIN / tool), *map(str, args)]
+    """Run ``fairseq-TOOL`` (found as the package finds it) or another console script from
+    this virtualenv; return (returncode, stdout+stderr)."""
+    name = tool[len("fairseq-"):] if tool.startswith("fairseq-") else None
+    exe = fairseq_tool(name) if name in TOOLS else [str(BIN / tool)]
+    cmd = [*exe, *map(str, args)]
     result = subprocess.run(
         cmd, env=env or ENV, capture_output=True, text=True, timeout=timeout, input=input
     )

@@ -4,17 +4,13 @@ import os
 import random
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-import fairseq_shared
-from fairseq_shared.param_count import model_params
+from fairseq_shared.experiments.commands import USER_DIR, fairseq_tool
+from helpers_params import model_params
 
-BIN = Path(sys.executable).parent
-USER_DIR = str(Path(fairseq_shared.__file__).parent)
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 D, F = 64, 128
 ARCH = [
@@ -37,7 +33,7 @@ TRAIN = [
 
 def run(tool, *args):
     result = subprocess.run(
-        [str(BIN / tool), *map(str, args)], env=ENV, capture_output=True, text=True
+        [*fairseq_tool(tool[len("fairseq-"):]), *map(str, args)], env=ENV, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
@@ -109,7 +105,7 @@ def test_train_resume_generate(data_bin, tmp_path):
 
     # fairseq-interactive reads the same checkpoint
     result = subprocess.run(
-        [str(BIN / "fairseq-interactive"), data_bin, "--user-dir", USER_DIR, "--path", ckpt,
+        [*fairseq_tool("interactive"), data_bin, "--user-dir", USER_DIR, "--path", ckpt,
          "--beam", "4", "--cpu", "--source-lang", "src", "--target-lang", "tgt"],
         input="w1 w2 w3\nw4 w5\n", env=ENV, capture_output=True, text=True,
     )
@@ -121,7 +117,7 @@ def test_train_resume_generate(data_bin, tmp_path):
 
 def test_invalid_flag_stops_fairseq_train_with_a_clear_error(data_bin, tmp_path):
     result = subprocess.run(
-        [str(BIN / "fairseq-train"), data_bin, *ARCH, *TRAIN, "--save-dir", tmp_path,
+        [*fairseq_tool("train"), data_bin, *ARCH, *TRAIN, "--save-dir", tmp_path,
          "--max-update", "1", "--decoder-share-strategy", "cyclic"],
         env=ENV, capture_output=True, text=True,
     )

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fairseq_shared.models.shared_transformer import SharedTransformerModel
-from fairseq_shared.param_count import model_params
+from helpers_params import model_params
 from fairseq_shared.sharing import SharingConfigError
 from helpers_model import (
     TINY,

@@ -8,7 +8,6 @@ test_reproduce/test_main_job through pytest's base temp dir, so whichever runs f
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import sacrebleu
@@ -72,14 +71,15 @@ def test_benchmark_counts_scores_and_interleaving(toy, ckpts):
 
 def test_same_hypotheses_as_fairseq_generate(toy, ckpts):
     """The decode is fairseq-generate's: its D- lines equal our hypotheses."""
-    from fairseq_shared.timing import USER_DIR, benchmark
+    from fairseq_shared.experiments.commands import fairseq_command
+    from fairseq_shared.timing import benchmark
 
     report = benchmark({"v": ckpts["vanilla"]}, toy, GEN, warmup=0, repeats=1, threads=1,
                        progress=lambda m: None)
-    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-generate"),
-           os.path.join(toy, "bin"), "--path", ckpts["vanilla"], "--user-dir", USER_DIR,
-           "--bpe", "sentencepiece", "--sentencepiece-model", os.path.join(toy, "spm.model"),
-           "--required-batch-size-multiple", "1", *GEN]
+    cmd = fairseq_command("generate", os.path.join(toy, "bin"), "--path", ckpts["vanilla"],
+                          "--bpe", "sentencepiece", "--sentencepiece-model",
+                          os.path.join(toy, "spm.model"), "--required-batch-size-multiple", "1",
+                          *GEN)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
     theirs = {}

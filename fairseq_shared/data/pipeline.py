@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -210,7 +209,9 @@ def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=No
         finally:
             preprocess.logger.removeFilter(quiet)
     else:
-        run_cmd([sys.executable, "-m", "fairseq_cli.preprocess"] + args)
+        from fairseq_shared.experiments.commands import fairseq_tool
+
+        run_cmd(fairseq_tool("preprocess") + args)
     if destdir.exists():
         import shutil
 

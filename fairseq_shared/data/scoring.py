@@ -58,10 +58,13 @@ def detokenize(lines, lang):
     return [md.detokenize(_AGGRESSIVE.sub(r"\1", line).split()) for line in lines]
 
 
-def score(hyps, refs, lowercase=False):
-    """Corpus BLEU and chrF (sacreBLEU defaults: 13a tokenization on detokenized text).
+def score(hyps, refs, lowercase=False, digits=2):
+    """Corpus BLEU and chrF (sacreBLEU defaults: 13a tokenization on detokenized text): the
+    package's one sacreBLEU wrapper.
 
-    ``refs``: one reference per hypothesis, or a list of such lists (several references)."""
+    ``refs``: one reference per hypothesis, or a list of such lists (several references).
+    ``digits``: BLEU and chrF rounded to this many decimals; ``None`` keeps sacreBLEU's full
+    precision (the timing reports)."""
     import sacrebleu
 
     ref_sets = [refs] if refs and isinstance(refs[0], str) else list(refs)
@@ -72,10 +75,11 @@ def score(hyps, refs, lowercase=False):
     chrf = sacrebleu.metrics.CHRF(lowercase=lowercase)
     b = bleu.corpus_score(hyps, ref_sets)
     c = chrf.corpus_score(hyps, ref_sets)
+    rnd = (lambda x: x) if digits is None else (lambda x: round(x, digits))
     return {
-        "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
+        "bleu": rnd(b.score), "bleu_signature": str(bleu.get_signature()),
         "bleu_verbose": str(b),
-        "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
+        "chrf": rnd(c.score), "chrf_signature": str(chrf.get_signature()),
         "n": len(hyps),
     }
 
