@@ -29,11 +29,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import fairseq_shared  # noqa: E402,F401
-from fairseq_shared.cli.convert_policy import convert_checkpoint  # noqa: E402
-from fairseq_shared.timing import benchmark  # noqa: E402
+import fairseq_shared  # noqa: F401
+from fairseq_shared.san.convert import convert_checkpoint
+from fairseq_shared.timing import benchmark
 
 
 def cache_per_token(path: str, data: str, bsz: int = 8, tgt_len: int = 20):

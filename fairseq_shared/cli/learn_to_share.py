@@ -4,126 +4,17 @@
         --round-updates 2000 --final-updates 20000 [--max-rounds 5] [--theta 0.9] \\
         [--similarity per_head] [--subset valid] -- <fairseq-train flags: --arch ... --lr ...>
 
-Round 0 starts from no sharing (every block one layer). Each round:
-
-1. train under the current policy with fairseq-train (``--san-self-policy`` /
-   ``--san-cross-policy`` appended to the given flags) for ``--round-updates`` more updates,
-   continuing from the previous round's checkpoint;
-2. re-learn the policy from the model's attention on held-out data
-   (:mod:`fairseq_shared.cli.learn_policy`);
-3. if the policy did not change, stop; else convert the checkpoint to the new policy
-   (:mod:`fairseq_shared.cli.convert_policy`, followers drop Q/K; new leaders start from
-   their old leader's) and go on.
-
-Then it trains to convergence under the final policy (until ``--final-updates`` total
-updates, or whatever stopping flags the fairseq-train flags give). Continuing rounds load
-the converted checkpoint with ``--reset-optimizer`` (the parameter set changed); the update
-counter and learning-rate schedule continue. Everything is logged to ``DIR/learn_to_share.json``.
+What it does: :mod:`fairseq_shared.san.learn_to_share` (printed below by ``--help``).
 """
 
 import argparse
 import json
 import logging
-import os
-import shutil
-import subprocess
 import sys
-from typing import List, Optional
+from typing import List
 
-from fairseq_shared.policy import format_policy, no_sharing
-
-logger = logging.getLogger("fairseq_shared.learn_to_share")
-
-
-def _fairseq_train() -> List[str]:
-    exe = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "fairseq_cli.train"]
-
-
-def _user_dir() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _flag_value(flags: List[str], name: str) -> Optional[str]:
-    for i, f in enumerate(flags):
-        if f == name and i + 1 < len(flags):
-            return flags[i + 1]
-        if f.startswith(name + "="):
-            return f.split("=", 1)[1]
-    return None
-
-
-def train(data: str, save_dir: str, flags: List[str], policy, max_update: int,
-          restore: Optional[str], log_path: str) -> str:
-    cmd = _fairseq_train() + [data, "--user-dir", _user_dir(), *flags,
-                              "--save-dir", save_dir, "--max-update", str(max_update),
-                              "--san-self-policy", format_policy(policy["self"]),
-                              "--san-cross-policy", format_policy(policy["cross"])]
-    if restore:
-        cmd += ["--restore-file", restore, "--reset-optimizer"]
-    logger.info("$ " + " ".join(cmd))
-    with open(log_path, "w") as log:
-        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
-    ckpt = os.path.join(save_dir, "checkpoint_last.pt")
-    if not os.path.exists(ckpt):
-        raise RuntimeError(f"fairseq-train wrote no {ckpt}; see {log_path}")
-    return ckpt
-
-
-def learn_to_share(data: str, work_dir: str, train_flags: List[str], round_updates: int,
-                   final_updates: int, max_rounds: int = 5, theta: float = 0.9,
-                   similarity: str = "per_head", subset: str = "valid",
-                   max_sentences: int = 400) -> dict:
-    from fairseq_shared.cli.convert_policy import convert_checkpoint
-    from fairseq_shared.cli.learn_policy import learn_policy
-
-    if _flag_value(train_flags, "--max-update") is not None:
-        raise SystemExit("learn_to_share: give --round-updates/--final-updates, not --max-update")
-    layers = int(_flag_value(train_flags, "--decoder-layers") or 6)
-    os.makedirs(work_dir, exist_ok=True)
-    policy = {"self": no_sharing(layers), "cross": no_sharing(layers)}
-    history = []
-    restore = None
-    updates = 0
-    converged = False
-    for r in range(max_rounds):
-        updates += round_updates
-        rdir = os.path.join(work_dir, f"round{r}")
-        ckpt = train(data, rdir, train_flags, policy, updates, restore,
-                     os.path.join(work_dir, f"round{r}.train.log"))
-        learned = learn_policy(ckpt, os.path.join(rdir, "policy"), data, subset, theta,
-                               similarity, max_sentences)
-        entry = {"round": r, "updates": updates,
-                 "trained_with": {k: format_policy(v) for k, v in policy.items()},
-                 "learned": {k: format_policy(v) for k, v in learned.items()}}
-        history.append(entry)
-        logger.info(f"round {r}: trained with {entry['trained_with']}, learned {entry['learned']}")
-        if learned == policy:
-            converged = True
-            restore = ckpt
-            break
-        converted = os.path.join(work_dir, f"round{r}.converted.pt")
-        convert_checkpoint(ckpt, converted, self_policy=learned["self"],
-                           cross_policy=learned["cross"], data=data)
-        policy = learned
-        restore = converted
-    final_dir = os.path.join(work_dir, "final")
-    os.makedirs(final_dir, exist_ok=True)
-    if restore and restore.endswith("checkpoint_last.pt"):
-        # same policy: continue from it (optimizer state included)
-        shutil.copy(restore, os.path.join(final_dir, "checkpoint_last.pt"))
-        restore_final = None
-    else:
-        restore_final = restore
-    final_cmd_flags = list(train_flags)
-    ckpt = train(data, final_dir, final_cmd_flags, policy, max(final_updates, updates),
-                 restore_final, os.path.join(work_dir, "final.train.log"))
-    result = {"converged": converged, "rounds": history,
-              "final_policy": {k: format_policy(v) for k, v in policy.items()},
-              "final_checkpoint": ckpt, "theta": theta, "similarity": similarity}
-    with open(os.path.join(work_dir, "learn_to_share.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    return result
+from fairseq_shared.san import learn_to_share as library
+from fairseq_shared.san.learn_to_share import learn_to_share
 
 
 def main(argv=None):
@@ -132,7 +23,8 @@ def main(argv=None):
     if "--" in argv:
         i = argv.index("--")
         argv, train_flags = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__ + "\n" + library.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
     p.add_argument("--work-dir", required=True)
     p.add_argument("--round-updates", type=int, required=True)

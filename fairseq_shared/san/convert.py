@@ -1,0 +1,125 @@
+"""Change the SAN policy of a trained model or checkpoint (the library side of
+``python -m fairseq_shared.cli.convert_policy``).
+
+Layers whose role does not change keep their weights. When a follower becomes a leader
+it needs the parameters it did not have; it gets, in this order:
+
+1. the same-named parameter of another layer of its parameter-sharing set, if the old
+   model has it there (tied layers must agree), else
+2. the same-named parameter of its old block leader (whose attention it has been using,
+   so its first forward pass starts from the leader's attention function).
+
+Leaders that become followers simply drop Q/K (self) or Q/K/V[/out] (encoder-decoder).
+The optimizer state no longer matches the parameters: it is removed, so training resumes
+with ``--reset-optimizer``. The model arguments stored in the checkpoint are updated.
+"""
+
+import copy
+import logging
+import re
+from typing import Dict
+
+import torch
+import torch.nn as nn
+
+from fairseq_shared.policy import format_policy, leaders
+
+logger = logging.getLogger("fairseq_shared.convert_policy")
+
+_LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)$")
+
+
+def _full_state(model: nn.Module) -> Dict[str, torch.Tensor]:
+    """Every name, tied aliases included (nn.Module's state_dict, not the de-duplicated one)."""
+    return dict(nn.Module.state_dict(model))
+
+
+def _old_leader(model, stack: str, sub: str, index: int) -> int:
+    if stack == "decoder":
+        policy = model.decoder.san_self_policy if sub == "self" else model.decoder.san_cross_policy
+    else:
+        policy = model.encoder.san_policy
+    if policy is None:
+        return index
+    return leaders(policy)[index]
+
+
+def _sets(model, stack: str, num_layers: int):
+    sharing = getattr(model, "sharing", {}).get(stack)
+    return list(sharing.assignment) if sharing is not None else list(range(num_layers))
+
+
+def convert_model(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
+    """Load ``old_model``'s weights into ``new_model`` (built with another SAN policy)."""
+    old = _full_state(old_model)
+    new_keys = list(_full_state(new_model).keys())
+    state: Dict[str, torch.Tensor] = {}
+    for key in new_keys:
+        if key in old:
+            state[key] = old[key]
+            continue
+        m = _LAYER.match(key)
+        if m is None:
+            raise KeyError(f"{key}: not in the old model and not a layer parameter")
+        stack, index, rest = m.group(1), int(m.group(2)), m.group(3)
+        n = len(getattr(old_model, stack).layers)
+        sets = _sets(new_model, stack, n)
+        candidates = [j for j in range(n) if sets[j] == sets[index] and j != index]
+        sub = "cross" if rest.startswith("encoder_attn") else "self"
+        candidates.append(_old_leader(old_model, stack, sub, index))
+        for j in candidates:
+            source = f"{stack}.layers.{j}.{rest}"
+            if source in old:
+                state[key] = old[source].clone()
+                break
+        else:
+            raise KeyError(f"{key}: no layer of the old model holds '{rest}' to start it from")
+    # tied aliases follow their owner
+    for alias in getattr(new_model, "tied_aliases", {}):
+        state.pop(alias, None)
+    new_model.load_state_dict(state, strict=True)
+    return new_model
+
+
+def convert_checkpoint(path_in: str, path_out: str, self_policy=None, cross_policy=None,
+                       cross_reuse=None, encoder_policy=None, data=None) -> Dict[str, str]:
+    import fairseq_shared  # noqa: F401  (compat + registration)
+    from fairseq import checkpoint_utils, tasks
+
+    overrides = {"data": data} if data else {}
+    state = checkpoint_utils.load_checkpoint_to_cpu(path_in, arg_overrides=overrides)
+    cfg = state["cfg"]
+    task = tasks.setup_task(cfg.task)
+    old_model = task.build_model(cfg.model)
+    old_model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+
+    new_args = copy.deepcopy(cfg.model)
+    changes = {
+        "san_self_policy": self_policy,
+        "san_cross_policy": cross_policy,
+        "san_cross_reuse": cross_reuse,
+        "san_encoder_policy": encoder_policy,
+    }
+    for name, value in changes.items():
+        if value is not None:
+            if isinstance(value, (list, tuple)):
+                value = format_policy(value)
+            setattr(new_args, name, value)
+    new_model = task.build_model(new_args)
+    convert_model(old_model, new_model)
+    state["model"] = new_model.state_dict()
+    cfg.model = new_args
+    if "args" in state and state["args"] is not None:
+        for name, value in changes.items():
+            if value is not None:
+                setattr(state["args"], name, getattr(new_args, name))
+    state["last_optimizer_state"] = None
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg):  # saved as fairseq's trainer saves it: a plain container
+        state["cfg"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    state.setdefault("extra_state", {})
+    checkpoint_utils.torch_persistent_save(state, path_out)
+    summary = {name: getattr(new_args, name, None) for name in changes}
+    logger.info(f"wrote {path_out}: {summary}")
+    return summary

@@ -1,0 +1,210 @@
+"""Learn a SAN policy from a trained model's attention on held-out data (Xiao et al. 2019).
+
+The library side of ``python -m fairseq_shared.cli.learn_policy``. :func:`collect` runs the
+decoder with teacher forcing on the references of a subset and accumulates, for every pair of
+decoder layers, the mean Jensen-Shannon divergence (log base 2) of their attention
+distributions, self and encoder-decoder, per head (each head against the same head of the
+other layer: what SAN shares) and between head-averaged distributions
+(:class:`SimilarityAccumulator`). ``mu = 1 - JS``; :func:`learn` forms blocks greedily from
+layer 1, largest block with mean pairwise similarity > theta first (see
+:mod:`fairseq_shared.policy`). :func:`learn_policy` does both and writes ``DIR/policy.json``,
+``DIR/policy.txt`` (the fairseq-train flags), ``DIR/similarity.png`` (JS heat-maps in the
+style of the paper's Figure 2) and, with ``sweep_thetas``, ``DIR/sweep.md``.
+
+In a model that already shares attention, a follower's distributions *are* its leader's
+(JS 0), so re-learning can merge blocks but does not split one. That is what the
+paper's LEARNTOSHARE loop re-learns from (the followers own no Q/K to compare with).
+"""
+
+import json
+import logging
+import os
+from typing import Dict, List, Optional
+
+import torch
+
+from fairseq_shared.policy import (
+    format_policy,
+    group_layers,
+    pairwise_js_sums,
+)
+from fairseq_shared.san.stacks import SANTransformerDecoder
+from fairseq_shared.san.record import AttentionRecorder
+
+logger = logging.getLogger("fairseq_shared.learn_policy")
+
+KINDS = ("self_per_head", "self_head_avg", "cross_per_head", "cross_head_avg")
+
+
+def load(checkpoint: str, data: Optional[str] = None):
+    import fairseq_shared  # noqa: F401  (compat + registration)
+    from fairseq import checkpoint_utils
+
+    overrides = {"data": data} if data else {}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides=overrides
+    )
+    model = models[0]
+    if not isinstance(model.decoder, SANTransformerDecoder):
+        raise SystemExit(
+            f"{checkpoint}: not a fairseq_shared model (shared_transformer / transformer_san)"
+        )
+    return model, cfg, task
+
+
+class SimilarityAccumulator:
+    """Running pairwise JS sums for the four kinds of distribution."""
+
+    def __init__(self, num_layers: int):
+        self.L = num_layers
+        self.sums = {k: torch.zeros(num_layers, num_layers, dtype=torch.float64) for k in KINDS}
+        self.counts = {k: 0.0 for k in KINDS}
+
+    def add(self, kind: str, dists: torch.Tensor, weights: torch.Tensor) -> None:
+        s, c = pairwise_js_sums(dists, weights)
+        self.sums[kind] += s
+        self.counts[kind] += float(c)
+
+    def add_batch(self, selfs: List[torch.Tensor], crosses: List[torch.Tensor], keep: torch.Tensor) -> None:
+        """``selfs``/``crosses``: per layer (H, B, T, S); ``keep``: (B, T) non-pad targets."""
+        for name, maps in (("self", selfs), ("cross", crosses)):
+            if not maps or maps[0] is None:
+                continue
+            d = torch.stack([m.double() for m in maps])  # L H B T S
+            H = d.size(1)
+            self.add(f"{name}_per_head", d, keep.unsqueeze(0).expand(H, -1, -1))
+            self.add(f"{name}_head_avg", d.mean(1), keep)
+
+    def js(self) -> Dict[str, torch.Tensor]:
+        return {k: self.sums[k] / max(self.counts[k], 1e-12) for k in KINDS if self.counts[k] > 0}
+
+
+def collect(model, task, subset: str, max_sentences: int, max_tokens: int = 4000) -> SimilarityAccumulator:
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    itr = task.get_batch_iterator(
+        dataset=dataset, max_tokens=max_tokens, max_positions=None,
+        ignore_invalid_inputs=True, required_batch_size_multiple=1, seed=1,
+    ).next_epoch_itr(shuffle=False)
+    acc = SimilarityAccumulator(len(model.decoder.layers))
+    pad = task.target_dictionary.pad()
+    seen = 0
+    model.eval()
+    with AttentionRecorder(model.decoder) as recorder, torch.no_grad():
+        for sample in itr:
+            if seen >= max_sentences:
+                break
+            net = sample["net_input"]
+            model(**net)
+            selfs, crosses = recorder.pop()
+            acc.add_batch(selfs, crosses, net["prev_output_tokens"].ne(pad))
+            seen += net["src_tokens"].size(0)
+    logger.info(f"recorded attention of {seen} sentences of {subset}")
+    return acc
+
+
+def learn(js: Dict[str, torch.Tensor], theta: float, similarity: str = "per_head") -> Dict[str, List[int]]:
+    out = {}
+    for name in ("self", "cross"):
+        key = f"{name}_{similarity}"
+        if key in js:
+            out[name] = group_layers(1.0 - js[key], theta)
+    return out
+
+
+def sweep(js: Dict[str, torch.Tensor], thetas: List[float]) -> Dict[str, Dict[str, Dict[str, str]]]:
+    """The policy each threshold and similarity kind would give, from the same matrices:
+    ``{similarity: {theta: {"self": "1,5", "cross": "2,2,2"}}}``."""
+    return {
+        similarity: {
+            str(theta): {k: format_policy(v) for k, v in learn(js, theta, similarity).items()}
+            for theta in thetas
+        }
+        for similarity in ("per_head", "head_avg")
+    }
+
+
+def format_sweep(table: Dict[str, Dict[str, Dict[str, str]]]) -> str:
+    lines = ["| similarity | theta | self | cross |", "|---|---:|---|---|"]
+    for similarity, by_theta in table.items():
+        for theta, policy in by_theta.items():
+            lines.append(f"| {similarity} | {theta} | {policy.get('self', '')} | {policy.get('cross', '')} |")
+    return "\n".join(lines)
+
+
+def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in KINDS if k in js]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.6 * len(kinds), 3.6))
+    if len(kinds) == 1:
+        axes = [axes]
+    vmax = max(float(js[k].max()) for k in kinds) or 1.0
+    labels = {
+        "self_per_head": "self-attention (per head)",
+        "self_head_avg": "self-attention (head avg)",
+        "cross_per_head": "enc-dec attention (per head)",
+        "cross_head_avg": "enc-dec attention (head avg)",
+    }
+    for ax, k in zip(axes, kinds):
+        m = js[k].numpy()
+        L = m.shape[0]
+        im = ax.imshow(m, cmap="Blues_r", vmin=0, vmax=vmax)
+        ax.set_title(labels[k], fontsize=9)
+        ax.set_xticks(range(L), [str(i + 1) for i in range(L)])
+        ax.set_yticks(range(L), [str(i + 1) for i in range(L)])
+        ax.set_xlabel("layer")
+        for i in range(L):
+            for j in range(L):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if m[i, j] > 0.5 * vmax else "white")
+    fig.colorbar(im, ax=list(axes), shrink=0.8, label="JS divergence (log2)")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def learn_policy(checkpoint: str, out_dir: str, data: Optional[str] = None, subset: str = "valid",
+                 theta: float = 0.9, similarity: str = "per_head", max_sentences: int = 400,
+                 max_tokens: int = 4000, sweep_thetas: Optional[List[float]] = None) -> Dict[str, List[int]]:
+    model, cfg, task = load(checkpoint, data)
+    acc = collect(model, task, subset, max_sentences, max_tokens)
+    js = acc.js()
+    policy = learn(js, theta, similarity)
+    os.makedirs(out_dir, exist_ok=True)
+    record = {
+        "checkpoint": os.path.abspath(checkpoint),
+        "subset": subset,
+        "theta": theta,
+        "similarity": similarity,
+        "mu": "1 - JS (log base 2); block similarity = mean over distinct pairs",
+        "policy": {k: format_policy(v) for k, v in policy.items()},
+        "trained_with": {
+            "self": getattr(cfg.model, "san_self_policy", None),
+            "cross": getattr(cfg.model, "san_cross_policy", None),
+        },
+        "js": {k: [[round(float(x), 5) for x in row] for row in v] for k, v in js.items()},
+    }
+    if sweep_thetas:
+        record["sweep"] = sweep(js, sweep_thetas)
+        with open(os.path.join(out_dir, "sweep.md"), "w") as f:
+            f.write(format_sweep(record["sweep"]) + "\n")
+    with open(os.path.join(out_dir, "policy.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    flags = []
+    if "self" in policy:
+        flags += ["--san-self-policy", format_policy(policy["self"])]
+    if "cross" in policy:
+        flags += ["--san-cross-policy", format_policy(policy["cross"])]
+    with open(os.path.join(out_dir, "policy.txt"), "w") as f:
+        f.write(" ".join(flags) + "\n")
+    plot(js, os.path.join(out_dir, "similarity.png"),
+         title=f"{os.path.basename(os.path.dirname(os.path.abspath(checkpoint)))}: "
+         f"policy self {record['policy'].get('self')} cross {record['policy'].get('cross')} "
+         f"(theta {theta}, {similarity})")
+    logger.info(f"policy: {' '.join(flags)}")
+    return policy
