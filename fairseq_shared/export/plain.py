@@ -43,7 +43,7 @@ class LoadedCheckpoint:
 
 def refuse_san(model_args) -> None:
     """Raise :class:`ExportError` when ``model_args`` use a SAN policy."""
-    from fairseq_shared.models.shared_transformer import san_config_from_args
+    from fairseq_shared.models.config import san_config_from_args
 
     san = san_config_from_args(model_args)
     if san.active:

@@ -20,7 +20,8 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_wmt_en_de_big,
 )
 
-from fairseq_shared.san import san_base_defaults, san_paper_defaults
+from fairseq_shared.models.config import SAN_ARGS
+from fairseq_shared.policy import format_policy, paper_cross_policy, paper_self_policy
 
 MODEL = "shared_transformer"
 M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
@@ -52,6 +53,22 @@ def set_default(args, name, value):
     """fairseq leaves unset model flags absent (or None); only then apply ``value``."""
     if getattr(args, name, None) is None:
         setattr(args, name, value)
+
+
+def san_base_defaults(args) -> None:
+    for name in SAN_ARGS:
+        if getattr(args, name, None) is None:
+            setattr(args, name, "output" if name == "san_cross_reuse" else None)
+
+
+def san_paper_defaults(args) -> None:
+    """transformer_san: the paper's learned 6-layer policy, self {1},{2-6} and cross
+    {1,2},{3,4},{5,6}, generalised to N layers as {1},{2..N} and pairs."""
+    n = args.decoder_layers
+    if getattr(args, "san_self_policy", None) is None:
+        args.san_self_policy = format_policy(paper_self_policy(n))
+    if getattr(args, "san_cross_policy", None) is None:
+        args.san_cross_policy = format_policy(paper_cross_policy(n))
 
 
 def shared_base_architecture(args):

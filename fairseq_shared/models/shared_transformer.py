@@ -1,6 +1,7 @@
 """fairseq's Transformer with cross-layer parameter sharing (Takase & Kiyono 2021; ALBERT).
 
-The model is fairseq's own ``TransformerModel``; after it is built, the layers of each
+The model is fairseq's own ``TransformerModel`` (flags and their validation:
+:mod:`fairseq_shared.models.config`); after it is built, the layers of each
 stack are tied according to a :class:`~fairseq_shared.sharing` assignment. Tied tensors are
 stored once in ``state_dict()`` and re-expanded on ``load_state_dict()``.
 
@@ -14,120 +15,18 @@ position's set.
 
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 
-from fairseq_shared.san import (
-    SANTransformerDecoder,
-    SANTransformerEncoder,
-    add_san_args,
-    san_config_from_args,
-)
+from fairseq_shared.models.config import STACKS, StackSharing, add_args, model_config
 from fairseq_shared.modules.tying import tie_layers, unique_parameter_count
-from fairseq_shared.sharing import (
-    SCOPES,
-    SharingConfigError,
-    SharingMismatchError,
-    describe,
-    format_assignment,
-    layer_assignment,
-    in_scope,
-    restrict,
-    validate_scope,
-)
-from fairseq_shared.policy import is_trivial
+from fairseq_shared.san import SANTransformerDecoder, SANTransformerEncoder
+from fairseq_shared.sharing import SCOPES, SharingMismatchError, describe, format_assignment, in_scope
 
 logger = logging.getLogger(__name__)
-
-STACKS = ("encoder", "decoder")
-
-
-@dataclass(frozen=True)
-class StackSharing:
-    """How one stack (encoder or decoder) shares parameters.
-
-    ``assignment`` is the set of each layer the stack is built with; after LayerDrop
-    pruning that is ``full_assignment`` restricted to the ``kept`` positions.
-    """
-
-    stack: str
-    assignment: List[int]  # 0-based set index per built layer
-    scope: str
-    full_assignment: Optional[List[int]] = None  # before pruning; None: nothing pruned
-    kept: Optional[Tuple[int, ...]] = None  # original positions of the built layers
-
-    @classmethod
-    def from_args(cls, args, stack: str) -> "StackSharing":
-        num_layers = getattr(args, f"{stack}_layers")
-        assignment = layer_assignment(
-            getattr(args, f"{stack}_share_strategy", "none") or "none",
-            num_layers,
-            getattr(args, f"{stack}_unique_layers", None),
-            stack=stack,
-        )
-        scope = validate_scope(getattr(args, f"{stack}_share_scope", "all") or "all", stack)
-        keep = getattr(args, f"{stack}_layers_to_keep", None)
-        if not keep:
-            return cls(stack=stack, assignment=assignment, scope=scope)
-        try:
-            items = keep if isinstance(keep, (list, tuple)) else str(keep).split(",")
-            kept = tuple(sorted(int(i) for i in items))
-        except ValueError:
-            raise SharingConfigError(
-                f"--{stack}-layers-to-keep: '{keep}' is not a comma-separated list of layer "
-                "indices such as 0,2,4"
-            ) from None
-        return cls(stack, restrict(assignment, kept, stack), scope, assignment, kept)
-
-    def describe(self) -> str:
-        return describe(self.assignment, self.scope)
-
-    def pruned_pattern(self) -> str:
-        """The built (pruned) stack as a ``--{stack}-share-strategy`` pattern."""
-        return ",".join(str(s + 1) for s in self.assignment)
-
-    @property
-    def num_sets(self) -> int:
-        return max(self.assignment) + 1
-
-    @property
-    def is_shared(self) -> bool:
-        return self.num_sets < len(self.assignment)
-
-
-def add_sharing_args(parser) -> None:
-    for stack in STACKS:
-        parser.add_argument(
-            f"--{stack}-share-strategy",
-            type=str,
-            metavar="STRATEGY",
-            help=f"how {stack} layers map to parameter sets: none, sequence, cycle, cycle_rev, "
-            "universal, or an explicit 1-based pattern such as 1,2,3,3,2,1",
-        )
-        parser.add_argument(
-            f"--{stack}-unique-layers",
-            type=int,
-            metavar="M",
-            help=f"number of distinct parameter sets M in the {stack} (1 <= M <= "
-            f"--{stack}-layers); needed by sequence, cycle and cycle_rev",
-        )
-        parser.add_argument(
-            f"--{stack}-share-scope",
-            type=str,
-            metavar="SCOPE",
-            help=f"what sharing ties in the {stack}: all (attention, FFN and LayerNorms), "
-            "attn (Q/K/V/output projections only; each layer keeps its own FFN), or ffn "
-            f"(FFN only). Allowed: {', '.join(SCOPES)}",
-        )
-
-
-def sharing_plan(args) -> Dict[str, StackSharing]:
-    """Validate the sharing flags of ``args`` and return the plan for both stacks."""
-    return {stack: StackSharing.from_args(args, stack) for stack in STACKS}
 
 
 @register_model("shared_transformer")
@@ -142,17 +41,15 @@ class SharedTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        add_sharing_args(parser)
-        add_san_args(parser)  # attention-weight sharing (fairseq_shared/san/)
+        add_args(parser)  # sharing and SAN flags (fairseq_shared/models/config.py)
 
     @classmethod
     def build_model(cls, args, task):
         from fairseq_shared.models.architectures import shared_base_architecture
 
         shared_base_architecture(args)
-        plan = sharing_plan(args)  # fail on bad flags before building anything
-        san = san_config_from_args(args)  # likewise for the SAN policies
-        _refuse_pruned_san(plan, san)
+        config = model_config(args)  # fail on bad flags before building anything
+        plan, san = config.sharing, config.san
         model = super().build_model(args, task)  # fairseq shrinks pruned stacks here
         model.configure_san(san)  # before tying: followers drop unused modules first
         model.apply_sharing(plan)
@@ -335,19 +232,6 @@ def _clear_layers_to_keep(model_cfg) -> None:
         for stack in STACKS:
             if getattr(model_cfg, f"{stack}_layers_to_keep", None):
                 setattr(model_cfg, f"{stack}_layers_to_keep", None)
-
-
-def _refuse_pruned_san(plan: Dict[str, StackSharing], san) -> None:
-    policies = {"encoder": [san.encoder_policy], "decoder": [san.self_policy, san.cross_policy]}
-    for stack, sharing in plan.items():
-        if sharing.kept is not None and not all(is_trivial(p) for p in policies[stack]):
-            raise SharingConfigError(
-                f"--{stack}-layers-to-keep cannot prune a {stack} with a SAN policy: a "
-                "follower reuses the attention of its block's leader, which pruning may "
-                "remove; allowed: leave --{stack}-layers-to-keep unset, or convert the "
-                "model to a policy without sharing first (python -m "
-                "fairseq_shared.cli.convert_policy)".replace("{stack}", stack)
-            )
 
 
 def expand_tied_state(

@@ -10,31 +10,16 @@ its followers, reuse it:
   it computes no projection of the encoder output and caches nothing;
 * encoder self-attention (optional, off by default as in the paper): as the decoder's.
 
-Modules: :mod:`~fairseq_shared.san.config` (flags, defaults, the one validation),
-:mod:`~fairseq_shared.san.attention` (leader taps and followers, swapped into fairseq's
+Modules: :mod:`~fairseq_shared.san.attention` (leader taps and followers, swapped into fairseq's
 layers), :mod:`~fairseq_shared.san.relay` (leader -> followers, TorchScript-safe),
 :mod:`~fairseq_shared.san.stacks` (encoder and decoder), :mod:`~fairseq_shared.san.record`
-(attention recording for learning a policy). Policies and similarity:
-:mod:`fairseq_shared.policy`.
+(attention recording), :mod:`~fairseq_shared.san.learn` (learning a policy from the
+recorded attention), :mod:`~fairseq_shared.san.convert` (a checkpoint under another policy),
+:mod:`~fairseq_shared.san.learn_to_share` (the paper's LEARNTOSHARE loop). Policies and
+similarity: :mod:`fairseq_shared.policy`. The flags and their one validation:
+:mod:`fairseq_shared.models.config`.
 """
 
-from fairseq_shared.san.config import (
-    CROSS_REUSE,
-    SANConfig,
-    add_san_args,
-    san_base_defaults,
-    san_config_from_args,
-    san_paper_defaults,
-)
 from fairseq_shared.san.stacks import SANTransformerDecoder, SANTransformerEncoder
 
-__all__ = [
-    "CROSS_REUSE",
-    "SANConfig",
-    "SANTransformerDecoder",
-    "SANTransformerEncoder",
-    "add_san_args",
-    "san_base_defaults",
-    "san_config_from_args",
-    "san_paper_defaults",
-]
+__all__ = ["SANTransformerDecoder", "SANTransformerEncoder"]

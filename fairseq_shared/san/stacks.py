@@ -80,7 +80,7 @@ class SANTransformerDecoder(TransformerDecoderBase):
         self.san_active = False
 
     def configure_san(self, self_policy, cross_policy, cross_reuse: str = "output") -> None:
-        """Apply policies validated by :func:`~fairseq_shared.san.config.san_config_from_args`.
+        """Apply policies validated by :func:`~fairseq_shared.models.config.model_config`.
         Call once, right after construction and before any parameter tying (followers
         drop their unused modules)."""
         assert not self.san_active, "configure_san was already applied to this decoder"

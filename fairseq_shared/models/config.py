@@ -1,0 +1,244 @@
+"""The model's flags and their one validation: parameter sharing and SAN.
+
+``fairseq-train --arch shared_transformer`` (and every registered architecture) takes the
+flags :func:`add_args` adds: ``--{encoder,decoder}-share-strategy/-unique-layers/-share-scope``
+(:mod:`fairseq_shared.sharing`) and ``--san-{self,cross,encoder}-policy``,
+``--san-cross-reuse`` (:mod:`fairseq_shared.san`). :func:`model_config` checks every rule
+once, before the model is built, and returns a :class:`ModelConfig`; every error is a
+``ValueError`` (:class:`~fairseq_shared.sharing.SharingConfigError` or
+:class:`~fairseq_shared.policy.PolicyError`) that names the flag and the allowed values.
+The modules that apply a configuration trust it. The architectures' defaults for these
+flags are in :mod:`fairseq_shared.models.architectures`.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_shared.policy import FLAGS, PolicyError, is_trivial, parse_policy
+from fairseq_shared.sharing import (
+    SCOPES,
+    SharingConfigError,
+    describe,
+    layer_assignment,
+    restrict,
+    validate_scope,
+)
+
+STACKS = ("encoder", "decoder")
+
+
+# ---------------------------------------------------------------------------- sharing
+@dataclass(frozen=True)
+class StackSharing:
+    """How one stack (encoder or decoder) shares parameters.
+
+    ``assignment`` is the set of each layer the stack is built with; after LayerDrop
+    pruning that is ``full_assignment`` restricted to the ``kept`` positions.
+    """
+
+    stack: str
+    assignment: List[int]  # 0-based set index per built layer
+    scope: str
+    full_assignment: Optional[List[int]] = None  # before pruning; None: nothing pruned
+    kept: Optional[Tuple[int, ...]] = None  # original positions of the built layers
+
+    @classmethod
+    def from_args(cls, args, stack: str) -> "StackSharing":
+        num_layers = getattr(args, f"{stack}_layers")
+        assignment = layer_assignment(
+            getattr(args, f"{stack}_share_strategy", "none") or "none",
+            num_layers,
+            getattr(args, f"{stack}_unique_layers", None),
+            stack=stack,
+        )
+        scope = validate_scope(getattr(args, f"{stack}_share_scope", "all") or "all", stack)
+        keep = getattr(args, f"{stack}_layers_to_keep", None)
+        if not keep:
+            return cls(stack=stack, assignment=assignment, scope=scope)
+        try:
+            items = keep if isinstance(keep, (list, tuple)) else str(keep).split(",")
+            kept = tuple(sorted(int(i) for i in items))
+        except ValueError:
+            raise SharingConfigError(
+                f"--{stack}-layers-to-keep: '{keep}' is not a comma-separated list of layer "
+                "indices such as 0,2,4"
+            ) from None
+        return cls(stack, restrict(assignment, kept, stack), scope, assignment, kept)
+
+    def describe(self) -> str:
+        return describe(self.assignment, self.scope)
+
+    def pruned_pattern(self) -> str:
+        """The built (pruned) stack as a ``--{stack}-share-strategy`` pattern."""
+        return ",".join(str(s + 1) for s in self.assignment)
+
+    @property
+    def num_sets(self) -> int:
+        return max(self.assignment) + 1
+
+    @property
+    def is_shared(self) -> bool:
+        return self.num_sets < len(self.assignment)
+
+
+def add_sharing_args(parser) -> None:
+    for stack in STACKS:
+        parser.add_argument(
+            f"--{stack}-share-strategy",
+            type=str,
+            metavar="STRATEGY",
+            help=f"how {stack} layers map to parameter sets: none, sequence, cycle, cycle_rev, "
+            "universal, or an explicit 1-based pattern such as 1,2,3,3,2,1",
+        )
+        parser.add_argument(
+            f"--{stack}-unique-layers",
+            type=int,
+            metavar="M",
+            help=f"number of distinct parameter sets M in the {stack} (1 <= M <= "
+            f"--{stack}-layers); needed by sequence, cycle and cycle_rev",
+        )
+        parser.add_argument(
+            f"--{stack}-share-scope",
+            type=str,
+            metavar="SCOPE",
+            help=f"what sharing ties in the {stack}: all (attention, FFN and LayerNorms), "
+            "attn (Q/K/V/output projections only; each layer keeps its own FFN), or ffn "
+            f"(FFN only). Allowed: {', '.join(SCOPES)}",
+        )
+
+
+def sharing_plan(args) -> Dict[str, StackSharing]:
+    """Validate the sharing flags of ``args`` and return the plan for both stacks."""
+    return {stack: StackSharing.from_args(args, stack) for stack in STACKS}
+
+
+
+# ---------------------------------------------------------------------------- SAN
+CROSS_REUSE = ("output", "context")
+SAN_ARGS = ("san_self_policy", "san_cross_policy", "san_encoder_policy", "san_cross_reuse")
+
+
+@dataclass(frozen=True)
+class SANConfig:
+    self_policy: Optional[List[int]] = None
+    cross_policy: Optional[List[int]] = None
+    encoder_policy: Optional[List[int]] = None
+    cross_reuse: str = "output"
+
+    @property
+    def decoder_active(self) -> bool:
+        return not (is_trivial(self.self_policy) and is_trivial(self.cross_policy))
+
+    @property
+    def active(self) -> bool:
+        return self.decoder_active or not is_trivial(self.encoder_policy)
+
+
+def add_san_args(parser) -> None:
+    parser.add_argument(
+        "--san-self-policy", type=str, metavar="BLOCKS",
+        help="decoder self-attention sharing (Xiao et al. 2019): adjacent block sizes summing "
+        "to --decoder-layers, e.g. 1,5; each block's first layer computes the attention "
+        "weights, the others reuse them with their own values. Unset or all 1s: no sharing",
+    )
+    parser.add_argument(
+        "--san-cross-policy", type=str, metavar="BLOCKS",
+        help="decoder encoder-decoder attention sharing: block sizes summing to "
+        "--decoder-layers, e.g. 2,2,2; followers reuse the leader's attention output",
+    )
+    parser.add_argument(
+        "--san-cross-reuse", type=str, metavar="WHERE", choices=CROSS_REUSE,
+        help="where encoder-decoder followers reuse the leader's attention: output (after its "
+        "output projection; no attention parameters in followers; default, faster) or "
+        "context (before it; each follower keeps its own output projection)",
+    )
+    parser.add_argument(
+        "--san-encoder-policy", type=str, metavar="BLOCKS",
+        help="encoder self-attention sharing (not in the paper; off by default): block "
+        "sizes summing to --encoder-layers",
+    )
+
+
+def _refuse_with(condition: bool, flags: str, why: str, allowed: str) -> None:
+    if condition:
+        raise PolicyError(f"{flags}: {why}; allowed: {allowed}")
+
+
+def san_config_from_args(args) -> SANConfig:
+    """Validate the SAN flags of ``args`` against the rest of the model's flags."""
+
+    def get(name):
+        value = getattr(args, name, None)
+        return None if value in (None, "", "none") else value
+
+    reuse = get("san_cross_reuse") or "output"
+    _refuse_with(reuse not in CROSS_REUSE, "--san-cross-reuse", f"unknown value '{reuse}'",
+                 ", ".join(CROSS_REUSE))
+
+    def policy(kind: str, name: str, num_layers: int) -> Optional[List[int]]:
+        text = get(name)
+        return parse_policy(text, num_layers, FLAGS[kind]) if text else None
+
+    config = SANConfig(
+        policy("self", "san_self_policy", args.decoder_layers),
+        policy("cross", "san_cross_policy", args.decoder_layers),
+        policy("encoder", "san_encoder_policy", args.encoder_layers),
+        reuse,
+    )
+    cross_on = not is_trivial(config.cross_policy)
+    self_on = not is_trivial(config.self_policy)
+    encoder_on = not is_trivial(config.encoder_policy)
+    _refuse_with(cross_on and bool(getattr(args, "no_cross_attention", False)), FLAGS["cross"],
+                 "the model has no encoder-decoder attention (--no-cross-attention)", "leave it unset")
+    _refuse_with(self_on and bool(getattr(args, "cross_self_attention", False)), FLAGS["self"],
+                 "not supported with --cross-self-attention", "leave it unset")
+    _refuse_with(config.decoder_active and (getattr(args, "decoder_layerdrop", 0) or 0) > 0,
+                 f"{FLAGS['self']}/{FLAGS['cross']}",
+                 "a dropped leader would leave its followers without attention",
+                 "with --decoder-layerdrop 0 only")
+    _refuse_with(encoder_on and (getattr(args, "encoder_layerdrop", 0) or 0) > 0, FLAGS["encoder"],
+                 "a dropped leader would leave its followers without attention",
+                 "with --encoder-layerdrop 0 only")
+    _refuse_with(config.active and bool(getattr(args, "checkpoint_activations", False)),
+                 "--san-*-policy", "layers wrapped for --checkpoint-activations",
+                 "without --checkpoint-activations only")
+    _refuse_with(config.active and getattr(args, "ddp_backend", None) == "fully_sharded",
+                 "--san-*-policy", "layers wrapped for --ddp-backend fully_sharded",
+                 "another --ddp-backend only")
+    return config
+
+
+# ---------------------------------------------------------------------------- both
+def add_args(parser) -> None:
+    """Every flag of the shared model, on top of fairseq's Transformer flags."""
+    add_sharing_args(parser)
+    add_san_args(parser)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A validated configuration: the sharing plan of each stack and the SAN policies."""
+
+    sharing: Dict[str, StackSharing]
+    san: SANConfig
+
+
+def model_config(args) -> ModelConfig:
+    """Validate every sharing and SAN flag of ``args`` (once, before anything is built)."""
+    plan = sharing_plan(args)
+    san = san_config_from_args(args)
+    _refuse_pruned_san(plan, san)
+    return ModelConfig(plan, san)
+
+
+def _refuse_pruned_san(plan: Dict[str, StackSharing], san) -> None:
+    policies = {"encoder": [san.encoder_policy], "decoder": [san.self_policy, san.cross_policy]}
+    for stack, sharing in plan.items():
+        if sharing.kept is not None and not all(is_trivial(p) for p in policies[stack]):
+            raise SharingConfigError(
+                f"--{stack}-layers-to-keep cannot prune a {stack} with a SAN policy: a "
+                "follower reuses the attention of its block's leader, which pruning may "
+                "remove; allowed: leave --{stack}-layers-to-keep unset, or convert the "
+                "model to a policy without sharing first (python -m "
+                "fairseq_shared.cli.convert_policy)".replace("{stack}", stack)
+            )
