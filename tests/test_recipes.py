@@ -14,6 +14,7 @@ import pytest
 
 from fairseq_shared.data import pipeline, recipes
 from fairseq_shared.data.pipeline import count_lines, read_lines
+from fairseq_shared.experiments import recipe_runs
 
 # A toy language pair: "German"/"Finnish"/... word i <-> English word i.
 EN = ("the house is small and old . a man sees the dog ; it runs home quickly , "
@@ -79,8 +80,8 @@ def test_iwslt14_prepare_and_tiny_train_generate_score(tmp_path, monkeypatch):
         assert (work / "bin" / f).exists(), f
 
     # the train command carries Takase & Kiyono's settings and the scaling variables
-    cmd = recipes.train_command(task, work, {"ARCH": "transformer_cycle", "UPDATE_FREQ": "8",
-                                             "MAX_TOKENS": "3584", "GPUS": "4"})
+    cmd = recipe_runs.train_command(task, work, {"ARCH": "transformer_cycle", "UPDATE_FREQ": "8",
+                                                 "MAX_TOKENS": "3584", "GPUS": "4"})
     joined = " ".join(cmd)
     for flag in ("--arch transformer_cycle ", "--lr 0.002", "--warmup-updates 8000",
                  "--adam-betas (0.9, 0.98)", "--dropout 0.3", "--label-smoothing 0.1",
@@ -99,18 +100,18 @@ def test_iwslt14_prepare_and_tiny_train_generate_score(tmp_path, monkeypatch):
     env = {"ARCH": "transformer_cycle_rev", "MAX_UPDATE": "2", "CPU": "1", "TRAIN_ARGS": tiny}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    recipes.train(task, work)
+    recipe_runs.train(task, work)
     ckpts = work / "checkpoints"
     assert (ckpts / "checkpoint_last.pt").exists()
     assert (ckpts / "checkpoint_1_2.pt").exists() or any(ckpts.glob("checkpoint_*_2.pt"))
     checkpoint = None
     try:
-        checkpoint = recipes.average(task, work, n=2)
+        checkpoint = recipe_runs.average(task, work, n=2)
         assert checkpoint.exists()
     except SystemExit:  # averaging CLI not in this checkout yet: decode the last checkpoint
         checkpoint = ckpts / "checkpoint_last.pt"
     monkeypatch.setenv("GEN_ARGS", "--max-len-b 10")
-    results = recipes.evaluate(task, work, checkpoint)
+    results = recipe_runs.evaluate(task, work, checkpoint)
     res = results["test"]
     assert res["n"] == 24 and res["lenpen"] == 1.0
     assert res["bleu_signature"].startswith("nrefs:1|case:mixed")
@@ -220,7 +221,7 @@ def test_nist_zh_en_prepare_and_missing_data(tmp_path, monkeypatch):
     assert all(x == x.lower() for x in read_lines(work / "tok" / "train.en"))
     # separate dictionaries; the train command shares only decoder input/output embeddings
     assert (work / "bin" / "dict.zh.txt").read_text() != (work / "bin" / "dict.en.txt").read_text()
-    cmd = recipes.train_command(task, work, {})
+    cmd = recipe_runs.train_command(task, work, {})
     assert "--share-decoder-input-output-embed" in cmd and "--share-all-embeddings" not in cmd
     # multi-reference, case-insensitive scoring
     from fairseq_shared.data import scoring

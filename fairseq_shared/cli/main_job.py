@@ -10,7 +10,7 @@ from fairseq's ``checkpoint_last.pt``):
 2. corpus   ``python -m fairseq_shared.data.bible --out <work>/bible`` (its own stages skip
             what is done and valid), or ``--data`` a prepared corpus;
 3. train    vanilla (L+L layers) and cycle_rev (2L+2L layers over L parameter sets per stack:
-            the same parameter count), via :mod:`fairseq_shared.cli.reproduce`;
+            the same parameter count), via :mod:`fairseq_shared.experiments.reproduce`;
 4. decode   both models with fairseq's generator, interleaved timed passes (:mod:`timing`);
 5. table    parameters, BLEU, chrF, decoding tokens/s (+ what was decoded), also written to
             ``<work>/main_job/main_job.md``.
@@ -28,6 +28,8 @@ import os
 import subprocess
 import sys
 import time
+
+from fairseq_shared.experiments.corpus import corpus_ready
 
 ENV = {  # flag -> (environment variable, budget key, type)
     "dim": ("FS_DIM", "dim", int),
@@ -61,7 +63,7 @@ def build_parser():
 
 
 def make_budget(args):
-    from fairseq_shared.cli.reproduce import load_budget
+    from fairseq_shared.experiments.configs import load_budget
 
     budget = load_budget(args.budget)
     for flag, (env, key, typ) in ENV.items():
@@ -76,14 +78,6 @@ def make_budget(args):
     return budget
 
 
-def corpus_ready(root: str) -> bool:
-    bin_dir = os.path.join(root, "bin")
-    need = [os.path.join(root, "spm.model"), os.path.join(root, "raw", "test.en"),
-            os.path.join(bin_dir, "dict.es.txt"), os.path.join(bin_dir, "test.es-en.en.bin"),
-            os.path.join(bin_dir, "train.es-en.es.bin")]
-    return all(os.path.exists(p) for p in need)
-
-
 def stage(k, name, t0):
     print(f"\n=== stage {k}/5: {name} (elapsed {(time.time() - t0) / 60:.1f} min) ===", flush=True)
 
@@ -91,15 +85,17 @@ def stage(k, name, t0):
 def main(argv=None):
     t0 = time.time()
     args = build_parser().parse_args(argv)
-    from fairseq_shared.cli.reproduce import _terminate_on_sigterm
+    from fairseq_shared.experiments.commands import terminate_on_sigterm
 
-    _terminate_on_sigterm()
+    terminate_on_sigterm()
     stage(1, "setup", t0)
     import torch
 
     import fairseq
     import fairseq_shared
-    from fairseq_shared.cli import reproduce
+    from fairseq_shared.experiments.configs import CONFIGS, select_configs
+    from fairseq_shared.experiments.reproduce import reproduce
+    from fairseq_shared.experiments.tables import main_job_table
 
     budget = make_budget(args)
     os.environ.setdefault("OMP_NUM_THREADS", str(budget["threads"]))
@@ -129,63 +125,22 @@ def main(argv=None):
             raise SystemExit(f"corpus preparation finished but {data} is incomplete")
 
     out = os.path.join(args.work, "main_job")
-    configs = reproduce.select_configs(reproduce.CONFIGS, ",".join(CONFIG_NAMES), None)
+    configs = select_configs(CONFIGS, ",".join(CONFIG_NAMES), None)
     if args.dry_run:
         if corpus_ready(data):
-            reproduce.reproduce(data, out, budget, configs, dry_run=True)
+            reproduce(data, out, budget, configs, dry_run=True)
         print("dry run: nothing trained", flush=True)
         return 0
     stage(3, "train (vanilla, then cycle_rev) and 4: decode", t0)
-    result = reproduce.reproduce(data, out, budget, configs)
+    result = reproduce(data, out, budget, configs)
 
     stage(5, "table", t0)
-    table = render(result, budget)
+    table = main_job_table(result, budget)
     print(table, flush=True)
     with open(os.path.join(out, "main_job.md"), "w", encoding="utf-8") as f:
         f.write(table)
     print(f"total {(time.time() - t0) / 60:.1f} min; details in {out}/tables.md", flush=True)
     return 0
-
-
-def render(result, budget) -> str:
-    decode = result.get("decode") or {}
-    s = decode.get("settings", {})
-    lines = [
-        "| model | layers (enc+dec) | parameter sets per stack | parameters | updates | BLEU | "
-        "chrF | decoding tokens/s | vs vanilla |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    from fairseq_shared.cli.reproduce import lookup_lines
-
-    lookup = result.get("lookup")
-    lines += lookup_lines(lookup, 9, 5)
-    for r in result["rows"]:
-        def f(x, spec):
-            return "-" if x is None else format(x, spec)
-
-        lines.append(
-            f"| {r['name']} | {r['N']}+{r['N']} | {r['M']} | {f(r['params'], ',')} | "
-            f"{f(r['updates'], 'd')} | {f(r['bleu'], '.2f')} | {f(r['chrf'], '.2f')} | "
-            f"{f(r['decode_tokens_per_s'], '.1f')} | x{f(r['decode_speed_vs_vanilla'], '.2f')} |")
-    lines += [
-        "",
-        f"Decoded: `{s.get('gen_subset')}` set, {s.get('subset')}; beam {s.get('beam')}, lenpen "
-        f"{s.get('lenpen')}, batch {s.get('batch_size')}, {s.get('device')} with "
-        f"{s.get('torch_threads')} threads; tokens/s = median of {s.get('timed_passes')} "
-        f"interleaved timed passes after warm-up (fairseq's generator).",
-        f"BLEU `{decode.get('bleu_signature')}`, chrF `{decode.get('chrf_signature')}`, "
-        f"against {s.get('references')}.",
-        "Lookup baseline: no model, the English of the training verse whose Spanish is "
-        "closest (the corpus audit, `python -m fairseq_shared.data.audit`), on the same "
-        "verses; a model is worth what it scores above it." if lookup else
-        "No lookup baseline: the corpus has no audit (`python -m fairseq_shared.data.audit "
-        "RAW_DIR`).",
-        f"Budget `{budget['name']}`: d={budget['dim']}, FFN {budget['ffn']}, L={budget['L']}, "
-        f"max {budget['max_update']} updates (cap {budget['max_minutes']} min per model), "
-        f"max tokens {budget['max_tokens']}, {budget['threads']} training threads.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

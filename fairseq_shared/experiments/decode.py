@@ -1,0 +1,83 @@
+"""Decoding every trained configuration in one interleaved timing run (cached by a key over
+the checkpoints and the decode settings), and the corpus's lookup baseline on the same
+sentences."""
+
+import hashlib
+import json
+import os
+from typing import Dict, List, Optional
+
+from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.runs import Run
+
+def decode_args(budget: Dict) -> List[str]:
+    args = ["--beam", str(budget["beam"]), "--lenpen", str(budget["lenpen"]),
+            "--batch-size", str(budget["batch_size"]),
+            "--max-len-a", str(budget["max_len_a"]), "--max-len-b", str(budget["max_len_b"]),
+            "--gen-subset", "test"]
+    if budget.get("device", "cpu") == "cpu":
+        args += ["--cpu"]
+    return args
+
+
+def decode_all(runs: List[Run], budget: Dict, data: str, out: str, progress) -> Dict:
+    """One interleaved timing run over every trained configuration (cached)."""
+    from fairseq_shared import timing
+
+    trained = [r for r in runs if not r.skip_reason]
+    ckpts = {r.name: r.checkpoint for r in trained}
+    settings = {k: budget[k] for k in ("beam", "lenpen", "batch_size", "subset", "repeats",
+                                       "warmup_passes", "warmup_batches", "max_len_a",
+                                       "max_len_b", "decode_threads", "device")}
+    key_src = json.dumps({"settings": settings, "ckpts": {
+        n: [p, os.path.getmtime(p), os.path.getsize(p)] for n, p in ckpts.items()}},
+        sort_keys=True)
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    ddir = os.path.join(out, "decode")
+    done = os.path.join(ddir, "done.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            if json.load(f).get("key") == key:
+                progress(f"[decode] up to date ({ddir}); skipped")
+                with open(os.path.join(ddir, "results.json")) as g:
+                    return json.load(g)
+    n = len(ckpts)
+    progress(f"[decode] {n} models, {budget['warmup_passes']} warm-up + {budget['repeats']} "
+             f"timed passes each, interleaved; subset: {budget['subset'] or 'all'}")
+    baseline = "vanilla" if "vanilla" in ckpts else next(iter(ckpts))
+    report = timing.benchmark(
+        ckpts, data, decode_args(budget), baseline=baseline, warmup=budget["warmup_passes"],
+        warmup_batches=budget["warmup_batches"], repeats=budget["repeats"],
+        subset=budget["subset"], threads=budget["decode_threads"], progress=progress,
+    )
+    timing.write_report(report, ddir)
+    with open(done, "w") as f:
+        json.dump({"key": key}, f)
+    return report.to_json()
+
+
+def heldout_baseline(data: str, budget: Dict, decode: Optional[Dict], out: str,
+                     rows: List[Dict]) -> Optional[Dict]:
+    """The corpus's lookup baseline on the decoded test sentences (None without an audit).
+    Where those sentences include near-duplicates of training data, each row also gets its
+    BLEU/chrF on the near-duplicate-free rest (``bleu_clean``, ``chrf_clean``)."""
+    from fairseq_shared import timing
+    from fairseq_shared.data import audit
+
+    _, _, tgt, _ = corpus_paths(data)
+    refs_path = os.path.join(data, "raw", f"test.{tgt}")
+    if not os.path.exists(refs_path):
+        return None
+    with open(refs_path, encoding="utf-8") as f:
+        num = sum(1 for _ in f)
+    ids = timing.select_ids(num, budget.get("subset"))
+    lookup = audit.heldout_baseline(data, ids, "test", tgt)
+    if lookup and lookup["near_duplicate_positions"] and decode:
+        refs = [audit.read_lines(refs_path)[i] for i in ids]
+        for r in rows:
+            hyp = os.path.join(out, "decode", f"hyp.{r['name']}.txt")
+            if os.path.exists(hyp):
+                clean = audit.score_without(audit.read_lines(hyp), refs,
+                                            lookup["near_duplicate_positions"])
+                r["bleu_clean"], r["chrf_clean"] = clean["bleu"], clean["chrf"]
+    return lookup

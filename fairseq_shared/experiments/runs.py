@@ -1,0 +1,214 @@
+"""One configuration under one budget (:class:`Run`: its training command, its state on disk)
+and the plan of a reproduction (parameter counts, what is left, how long it will take)."""
+
+import hashlib
+import json
+import os
+import statistics
+from typing import Dict, List, Optional
+
+from fairseq_shared.experiments.commands import fairseq_command, fairseq_tool
+from fairseq_shared.experiments.configs import resolve_count
+from fairseq_shared.experiments.corpus import corpus_paths
+
+class Run:
+    """One configuration under one budget: its training command and state on disk."""
+
+    def __init__(self, config: Dict, budget: Dict, data: str, out: str,
+                 runs_dir: Optional[str] = None):
+        self.config, self.budget, self.data = config, budget, data
+        self.name = config["name"]
+        self.dir = os.path.join(runs_dir or os.path.join(out, "runs"), self.name)
+        L = budget["L"]
+        self.N = resolve_count(config.get("N", "L"), L)
+        self.dec_N = resolve_count(config.get("decoder_N", config.get("N", "L")), L)
+        self.M = resolve_count(config.get("M", "L"), L)
+        self.strategy = config.get("strategy", "none")
+        self.scope = config.get("scope", "all")
+        self.arch = config.get("arch", "shared_transformer")
+        self.skip_reason: Optional[str] = None
+        self.params: Optional[int] = None
+        # the budget's limit; with budget["equal_updates"], lowered to what vanilla reached
+        self.max_update: int = int(budget["max_update"])
+
+    # -- command
+    def model_flags(self) -> List[str]:
+        b = self.budget
+        flags = ["--arch", self.arch]
+        w = int(self.config.get("width_mult", 1))
+        for stack in ("encoder", "decoder"):
+            flags += [f"--{stack}-layers", str(self.N if stack == "encoder" else self.dec_N),
+                      f"--{stack}-embed-dim", str(w * b["dim"]),
+                      f"--{stack}-ffn-embed-dim", str(w * b["ffn"]),
+                      f"--{stack}-attention-heads", str(b["heads"]),
+                      f"--{stack}-share-strategy", self.strategy,
+                      f"--{stack}-share-scope", self.scope]
+            if self.strategy in ("sequence", "cycle", "cycle_rev"):
+                flags += [f"--{stack}-unique-layers", str(self.M)]
+        return flags + [str(x) for x in self.config.get("extra", [])]
+
+    def train_command(self) -> List[str]:
+        b = self.budget
+        bin_dir, src, tgt, joined = corpus_paths(self.data)
+        cmd = fairseq_command(
+               "train", bin_dir, "--task", "translation",
+               "--source-lang", src, "--target-lang", tgt,
+               *self.model_flags(),
+               "--dropout", str(b["dropout"]),
+               "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+               "--lr", str(b["lr"]), "--lr-scheduler", "inverse_sqrt",
+               "--warmup-updates", str(b["warmup_updates"]), "--warmup-init-lr", "1e-07",
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--max-tokens", str(b["max_tokens"]), "--max-update", str(self.max_update),
+               "--save-dir", self.dir, "--no-epoch-checkpoints",
+               "--log-format", "json", "--log-interval", str(b["log_interval"]),
+               "--seed", str(b["seed"]), "--num-workers", "0")
+        if joined:
+            cmd += ["--share-all-embeddings"]
+        if b.get("max_minutes"):
+            cmd += ["--stop-time-hours", f"{b['max_minutes'] / 60:.6f}"]
+        if b.get("save_interval_updates"):
+            cmd += ["--save-interval-updates", str(b["save_interval_updates"]),
+                    "--keep-interval-updates", str(b.get("keep_interval_updates", 1))]
+        if b.get("device", "cpu") == "cpu":
+            cmd += ["--cpu"]
+        return cmd
+
+    def key(self) -> str:
+        """Hash of the training command without its limits (--max-update, --stop-time-hours)
+        and its locations (--save-dir, --user-dir): raising a limit continues the same run from
+        checkpoint_last.pt; any other change (model, data, optimizer, batch) starts anew."""
+        cmd = self.train_command()[len(fairseq_tool("train")):]
+        for flag in ("--max-update", "--stop-time-hours", "--save-dir", "--user-dir"):
+            if flag in cmd:
+                i = cmd.index(flag)
+                cmd = cmd[:i] + cmd[i + 2:]
+        return hashlib.sha256(json.dumps(cmd).encode()).hexdigest()[:16]
+
+    def limits(self) -> Dict:
+        return {"max_update": self.max_update,
+                "max_minutes": self.budget.get("max_minutes")}
+
+    # -- state
+    @property
+    def checkpoint(self) -> str:
+        return os.path.join(self.dir, "checkpoint_last.pt")
+
+    def done_info(self) -> Optional[Dict]:
+        path = os.path.join(self.dir, "done.json")
+        if not os.path.exists(path) or not os.path.exists(self.checkpoint):
+            return None
+        with open(path) as f:
+            info = json.load(f)
+        if info.get("key") != self.key():
+            return None
+        # finished under the same limits, or already reached this budget's update limit
+        if info.get("limits") == self.limits() or info.get("updates", 0) >= self.max_update:
+            return info
+        return None
+
+    def state(self) -> str:
+        if self.skip_reason:
+            return "skipped"
+        if self.done_info():
+            return "done"
+        plan = os.path.join(self.dir, "plan.json")
+        if os.path.exists(plan):
+            with open(plan) as f:
+                same = json.load(f).get("key") == self.key()
+            if not same:
+                return "stale"
+            return "partial" if os.path.exists(self.checkpoint) else "started"
+        return "new"
+
+    def layer_cost(self) -> int:
+        return self.N + self.dec_N  # layers run per update (encoder + decoder)
+
+
+def count_params(run: Run) -> int:
+    """Build the model (no training) with the corpus's dictionaries and count unique params."""
+    import torch
+    from fairseq import options
+    from fairseq.data import Dictionary
+    from fairseq.tasks.translation import TranslationTask
+
+    import fairseq_shared  # noqa: F401
+
+    bin_dir, src, tgt, joined = corpus_paths(run.data)
+    src_dict = Dictionary.load(os.path.join(bin_dir, f"dict.{src}.txt"))
+    tgt_dict = src_dict if joined else Dictionary.load(os.path.join(bin_dir, f"dict.{tgt}.txt"))
+    cmd = run.train_command()[len(fairseq_tool("train")):]
+    args = options.parse_args_and_arch(options.get_training_parser(), cmd)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = TranslationTask(args, src_dict, tgt_dict).build_model(args)
+        return sum(p.numel() for p in model.parameters())
+    finally:
+        torch.set_num_threads(threads)
+
+
+def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
+              runs_dir: Optional[str] = None) -> List[Run]:
+    import logging
+
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_shared  # noqa: F401
+
+    runs = []
+    logging.disable(logging.WARNING)
+    try:
+        for cfg in configs:
+            run = Run(cfg, budget, data, out, runs_dir)
+            if run.arch not in ARCH_MODEL_REGISTRY:
+                run.skip_reason = (f"architecture '{run.arch}' is not registered (not built yet);"
+                                   " row skipped")
+            else:
+                try:
+                    run.params = count_params(run)
+                except (Exception, SystemExit) as e:  # noqa: BLE001  bad flags for this model
+                    run.skip_reason = f"cannot build the model: {type(e).__name__}: {e}"
+            runs.append(run)
+    finally:
+        logging.disable(logging.NOTSET)
+    return runs
+
+
+def print_plan(runs: List[Run], budget: Dict, log=print):
+    log(f"budget '{budget['name']}': " + ", ".join(f"{k}={v}" for k, v in budget.items()
+                                                  if k != "name"))
+    log("| # | config | arch | N | M | strategy | scope | params | state | relative cost |")
+    log("|---|---|---|---|---|---|---|---|---|---|")
+    base = next((r.layer_cost() for r in runs if r.name == "vanilla"), 2 * budget["L"])
+    for i, r in enumerate(runs, 1):
+        p = f"{r.params:,}" if r.params else "-"
+        log(f"| {i} | {r.name} | {r.arch} | {r.N} | {r.M} | {r.strategy} | {r.scope} | {p} | "
+            f"{r.state()} | x{r.layer_cost() / base:.1f} |")
+    for r in runs:
+        if r.skip_reason:
+            log(f"  skip {r.name}: {r.skip_reason}")
+    log(f"[plan] {estimate_left(runs, budget)}")
+
+
+def estimate_left(runs: List[Run], budget: Dict) -> str:
+    """Training time left, from the speed of finished runs (seconds per update per layer)."""
+    rates = []
+    for r in runs:
+        info = r.done_info() if not r.skip_reason else None
+        if info and info.get("updates") and info.get("training_seconds"):
+            rates.append(info["training_seconds"] / (info["updates"] * r.layer_cost()))
+    left = [r for r in runs if not r.skip_reason and r.state() != "done"]
+    if not left:
+        return "all configurations trained"
+    cost = sum(budget["max_update"] * r.layer_cost() for r in left)
+    if not rates:
+        base = 2 * budget["L"]
+        return (f"{len(left)} configurations to train, {cost / budget['max_update'] / base:.0f} "
+                f"vanilla-equivalents of layers x {budget['max_update']} updates; time "
+                "estimate once the first one has finished")
+    hours = statistics.median(rates) * cost / 3600
+    cap = budget.get("max_minutes")
+    if cap:
+        hours = min(hours, len(left) * cap / 60)
+    return f"{len(left)} configurations to train, about {hours:.1f} h at the speed measured so far"

@@ -1,0 +1,157 @@
+"""Training one :class:`~fairseq_shared.experiments.runs.Run` with fairseq-train: restartable
+(a stale run is moved aside, an interrupted one resumes from ``checkpoint_last.pt``), with
+progress lines and an ETA, and fairseq's JSON log parsed into ``done.json``."""
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from typing import Dict
+
+from fairseq_shared.experiments.runs import Run
+
+_JSON_RE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
+
+
+def parse_train_log(path: str) -> Dict:
+    """Training statistics from fairseq's JSON log lines (all attempts appended)."""
+    inner, epochs, valids = [], [], []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = _JSON_RE.search(line)
+                if not m:
+                    continue
+                try:
+                    rec = json.loads(m.group(2))
+                except json.JSONDecodeError:
+                    continue
+                {"train_inner": inner, "train": epochs, "valid": valids}[m.group(1)].append(rec)
+    wps = [float(r["wps"]) for r in inner[1:] if "wps" in r] or \
+          [float(r["wps"]) for r in inner if "wps" in r] or \
+          [float(r["train_wps"]) for r in epochs if "train_wps" in r]
+    ups = [float(r["ups"]) for r in inner[1:] if "ups" in r] or \
+          [float(r["train_ups"]) for r in epochs if "train_ups" in r]
+    updates = 0
+    for r in inner + epochs:
+        updates = max(updates, int(float(r.get("num_updates", r.get("train_num_updates", 0)))))
+    return {
+        "train_wps": statistics.median(wps) if wps else None,
+        "train_ups": statistics.median(ups) if ups else None,
+        "updates": updates,
+        "valid_loss": float(valids[-1]["valid_loss"]) if valids else None,
+        "valid_nll_loss": float(valids[-1]["valid_nll_loss"]) if valids and
+        "valid_nll_loss" in valids[-1] else None,
+    }
+
+
+def checkpoint_progress(path: str) -> Dict:
+    """Updates and training seconds stored in a fairseq checkpoint (0 if unreadable)."""
+    try:
+        from fairseq import checkpoint_utils
+
+        import fairseq_shared  # noqa: F401  (compat: safe loading of fairseq checkpoints)
+
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        hist = state.get("optimizer_history") or [{}]
+        extra = state.get("extra_state") or {}
+        return {"updates": int(hist[-1].get("num_updates", 0)),
+                "seconds": float(extra.get("previous_training_time", 0.0))}
+    except Exception:  # noqa: BLE001  a torn or foreign file: let fairseq decide
+        return {"updates": 0, "seconds": 0.0}
+
+
+def _write_done(run: Run, key: str, t0: float, log_path: str, note: str = "") -> Dict:
+    stats = parse_train_log(log_path)
+    ck = checkpoint_progress(run.checkpoint)
+    stats["updates"] = max(stats["updates"], ck["updates"])
+    info = {"key": key, "name": run.name, "params": run.params, "limits": run.limits(),
+            "wall_seconds_last_attempt": time.time() - t0, "training_seconds": ck["seconds"],
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, **stats}
+    tmp = os.path.join(run.dir, "done.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=2)
+    os.replace(tmp, os.path.join(run.dir, "done.json"))
+    return info
+
+
+def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
+    """Train (or resume) one configuration; returns its done.json content."""
+    state = run.state()
+    if state == "stale":
+        stale = f"{run.dir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+        progress(f"[train {k}/{n}] {run.name}: training command changed; moving the old run "
+                 f"to {stale}")
+        shutil.move(run.dir, stale)
+    os.makedirs(run.dir, exist_ok=True)
+    cmd = run.train_command()
+    key = run.key()
+    with open(os.path.join(run.dir, "plan.json"), "w") as f:
+        json.dump({"key": key, "command": cmd, "config": run.config, "budget": run.budget,
+                   "params": run.params}, f, indent=2)
+    env = dict(os.environ, OMP_NUM_THREADS=str(run.budget["threads"]),
+               MKL_NUM_THREADS=str(run.budget["threads"]), PYTHONUNBUFFERED="1")
+    log_path = os.path.join(run.dir, "train.log")
+    resumed = os.path.exists(run.checkpoint)
+    if resumed:
+        # killed after its final checkpoint but before done.json: fairseq would run one
+        # more update on restart, so finish here instead
+        ck = checkpoint_progress(run.checkpoint)
+        max_min = run.budget.get("max_minutes")
+        if ck["updates"] >= run.max_update or (max_min and ck["seconds"] >= 60 * max_min):
+            info = _write_done(run, key, time.time(), log_path,
+                               note="complete in checkpoint_last.pt")
+            progress(f"[train {k}/{n}] {run.name}: already complete in checkpoint_last.pt "
+                     f"({ck['updates']} updates); marked done")
+            return info
+    progress(f"[train {k}/{n}] {run.name}: {'resuming from checkpoint_last.pt' if resumed else 'starting'}"
+             f" (N={run.N}, M={run.M}, {run.strategy}/{run.scope}, "
+             f"{run.params:,} params, max {run.budget['max_update']} updates)")
+    t0 = time.time()
+    max_update = run.max_update
+    with open(log_path, "a", encoding="utf-8") as logf:
+        logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                text=True, bufsize=1)
+        last_print = 0.0
+        first_update = None
+        try:
+            for line in proc.stdout:
+                logf.write(line)
+                logf.flush()
+                m = _JSON_RE.search(line)
+                if m and m.group(1) == "train_inner":
+                    rec = json.loads(m.group(2))
+                    upd = int(float(rec.get("num_updates", 0)))
+                    now = time.time()
+                    if first_update is None:
+                        first_update = (upd, now)
+                    if now - last_print > 20 or upd >= max_update:
+                        last_print = now
+                        u0, t_u0 = first_update
+                        rate = (upd - u0) / (now - t_u0) if now > t_u0 and upd > u0 else None
+                        eta = f"{(max_update - upd) / rate / 60:.1f} min" if rate else "?"
+                        progress(f"[train {k}/{n}] {run.name}: update {upd}/{max_update}, "
+                                 f"loss {rec.get('loss')}, {rec.get('wps')} tok/s, "
+                                 f"elapsed {(now - t0) / 60:.1f} min (total "
+                                 f"{(now - t_overall) / 60:.1f} min), ETA {eta}")
+                elif m and m.group(1) == "valid":
+                    rec = json.loads(m.group(2))
+                    progress(f"[train {k}/{n}] {run.name}: valid loss {rec.get('valid_loss')} "
+                             f"at update {rec.get('valid_num_updates')}")
+            rc = proc.wait()
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
+    if rc != 0 or not os.path.exists(run.checkpoint):
+        tail = "".join(open(log_path, encoding="utf-8", errors="replace").readlines()[-15:])
+        raise RuntimeError(f"fairseq-train failed for {run.name} (exit {rc}); see {log_path}:\n{tail}")
+    info = _write_done(run, key, t0, log_path)
+    stats = info
+    progress(f"[train {k}/{n}] {run.name}: done, {stats['updates']} updates, "
+             f"{stats['train_wps']} tok/s (median), valid loss {stats['valid_loss']}")
+    return info
