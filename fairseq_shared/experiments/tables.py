@@ -4,19 +4,12 @@ and the plots."""
 
 import csv
 import json
-import math
 import os
 from typing import Dict, List, Optional
 
+from fairseq_shared.experiments.markdown import fmt
 from fairseq_shared.experiments.plots import plot
 from fairseq_shared.experiments.runs import Run
-
-def fmt(x, spec=".2f", pre=""):
-    """``x`` formatted with ``spec`` (after ``pre``); a missing value (None, NaN) is "-"."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return pre + format(x, spec)
-
 
 def collect_rows(runs: List[Run], decode: Optional[Dict]) -> List[Dict]:
     dec = {r["model"]: r for r in (decode or {}).get("results", [])}
