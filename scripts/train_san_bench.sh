@@ -5,7 +5,7 @@ set -e
 NAME=$1; ARCH=$2; LIMIT=$3; shift 3
 if [[ $LIMIT == --max-update=* ]]; then LIMITFLAGS="--max-update ${LIMIT#--max-update=}"; else LIMITFLAGS="--stop-time-hours $LIMIT --max-update 100000"; fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} MKL_NUM_THREADS=${OMP_NUM_THREADS:-2}
-.venv/bin/fairseq-train work/bible/bin --user-dir fairseq_shared --cpu --seed 1 \
+.venv/bin/python -m fairseq_shared.cli.fairseq train work/bible/bin --cpu --seed 1 \
   --arch $ARCH --encoder-layers 3 --decoder-layers 6 \
   --encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
   --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings \

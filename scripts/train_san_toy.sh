@@ -5,7 +5,7 @@
 set -e
 NAME=$1; ARCH=$2; MAXUP=$3; shift 3
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-.venv/bin/fairseq-train work/toy/bin --user-dir fairseq_shared --cpu --seed 1 \
+.venv/bin/python -m fairseq_shared.cli.fairseq train work/toy/bin --cpu --seed 1 \
   --arch $ARCH --encoder-layers 2 --decoder-layers 6 \
   --encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 \
   --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings \
