@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from fairseq_shared import evidence, evidence_report
+from fairseq_shared.experiments import evidence, evidence_report
 from fairseq_shared.toydata import build_toy_corpus
 
 

@@ -5,7 +5,7 @@
     python -m fairseq_shared.cli.evidence render
 
 ``run`` is a worker: it takes the next item of the queue (default: Takase & Kiyono's core
-rows with 2 seeds, then the rest; see :data:`fairseq_shared.evidence.QUEUE`) that is neither
+rows with 2 seeds, then the rest; see :data:`fairseq_shared.experiments.evidence.QUEUE`) that is neither
 finished (its ``RESULTS/runs/<name>_s<seed>.json`` exists) nor claimed by another worker, and
 goes on until none is left. Start one worker per core. With ``--commit`` each finished run's
 files are committed at once, so a stopped session loses nothing. ``render`` rebuilds
@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from fairseq_shared import evidence
+from fairseq_shared.experiments import evidence
 
 DEFAULT_RESULTS = "results/bible_clean"
 
@@ -54,7 +54,7 @@ def plan(args, items):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "render":
-        from fairseq_shared import evidence_report
+        from fairseq_shared.experiments import evidence_report
 
         paths = evidence_report.render(args.results, command="python -m fairseq_shared.cli."
                                        "evidence run --data work/bible --commit (2 workers)")

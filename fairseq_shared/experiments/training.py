@@ -16,20 +16,27 @@ from fairseq_shared.experiments.runs import Run
 _JSON_RE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 
 
+def log_records(path: str):
+    """(kind, record) of every JSON line of a fairseq training log, kind being train_inner,
+    train or valid (all attempts appended; a missing log has none)."""
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = _JSON_RE.search(line)
+            if not m:
+                continue
+            try:
+                yield m.group(1), json.loads(m.group(2))
+            except json.JSONDecodeError:
+                continue
+
+
 def parse_train_log(path: str) -> Dict:
     """Training statistics from fairseq's JSON log lines (all attempts appended)."""
     inner, epochs, valids = [], [], []
-    if os.path.exists(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                m = _JSON_RE.search(line)
-                if not m:
-                    continue
-                try:
-                    rec = json.loads(m.group(2))
-                except json.JSONDecodeError:
-                    continue
-                {"train_inner": inner, "train": epochs, "valid": valids}[m.group(1)].append(rec)
+    for kind, rec in log_records(path):
+        {"train_inner": inner, "train": epochs, "valid": valids}[kind].append(rec)
     wps = [float(r["wps"]) for r in inner[1:] if "wps" in r] or \
           [float(r["wps"]) for r in inner if "wps" in r] or \
           [float(r["train_wps"]) for r in epochs if "train_wps" in r]

@@ -1,9 +1,9 @@
 """The evidence runs: the papers' comparisons on a clean split, one committed file per run.
 
-Each item of :data:`QUEUE` is one configuration of :data:`reproduce.CONFIGS` trained with one
+Each item of :data:`QUEUE` is one configuration of :data:`configs.CONFIGS` trained with one
 seed under one budget (default ``evidence``). A worker takes the next item that is neither
 finished nor claimed by another worker, trains it (restartable, through
-:func:`reproduce.train`), decodes the whole test set once, and writes at once
+:func:`training.train`), decodes the whole test set once, and writes at once
 
 * ``RESULTS/runs/<name>_s<seed>.json``: parameters, updates, training seconds, the learning
   curve (valid loss every ``save_interval_updates`` updates, with training seconds), BLEU and
@@ -11,8 +11,8 @@ finished nor claimed by another worker, trains it (restartable, through
 * ``RESULTS/hyps/<name>_s<seed>.<tgt>``: the detokenized hypotheses (for paired tests).
 
 Several workers can run side by side (one per core); claims are files under
-``WORK/claims``. :func:`render` rebuilds every table and plot from the committed run files
-only (:mod:`fairseq_shared.evidence_report`).
+``WORK/claims``. :mod:`fairseq_shared.experiments.evidence_report` rebuilds every table and
+plot from the committed run files only.
 """
 
 import json
@@ -22,7 +22,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_shared.cli import reproduce
+from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
+from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.decode import decode_args
+from fairseq_shared.experiments.runs import make_plan
+from fairseq_shared.experiments.training import log_records, train
 
 # Takase & Kiyono's core rows with 2 seeds first, then the rest (see the evidence issue).
 QUEUE: List[Tuple[str, int]] = [
@@ -39,7 +43,7 @@ def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
     if not text:
         return list(QUEUE)
     items = []
-    known = {c["name"] for c in reproduce.CONFIGS}
+    known = {c["name"] for c in CONFIGS}
     for part in text.split(","):
         name, _, seed = part.strip().partition(":")
         if name not in known:
@@ -105,25 +109,15 @@ def learning_curve(log_path: str) -> List[Dict]:
     are the sum over the intervals that end at or before u; an interval logged twice (a killed
     attempt that was resumed from an earlier checkpoint) counts once, with its last value."""
     intervals, points = {}, {}
-    if not os.path.exists(log_path):
-        return []
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = reproduce._JSON_RE.search(line)
-            if not m:
-                continue
-            try:
-                rec = json.loads(m.group(2))
-            except json.JSONDecodeError:
-                continue
-            if m.group(1) == "train_inner" and "train_wall" in rec:
-                intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
-            elif m.group(1) == "valid":
-                point = {"update": int(float(rec["valid_num_updates"])),
-                         "valid_loss": float(rec["valid_loss"])}
-                if "valid_nll_loss" in rec:
-                    point["valid_nll_loss"] = float(rec["valid_nll_loss"])
-                points[point["update"]] = point
+    for kind, rec in log_records(log_path):
+        if kind == "train_inner" and "train_wall" in rec:
+            intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
+        elif kind == "valid":
+            point = {"update": int(float(rec["valid_num_updates"])),
+                     "valid_loss": float(rec["valid_loss"])}
+            if "valid_nll_loss" in rec:
+                point["valid_nll_loss"] = float(rec["valid_nll_loss"])
+            points[point["update"]] = point
     for u, point in points.items():
         point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
     return [points[u] for u in sorted(points)]
@@ -136,23 +130,23 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     from fairseq_shared import timing
     from fairseq_shared.data.scoring import score
 
-    budget = reproduce.load_budget(budget_name, [*overrides, f"seed={seed}"])
-    config = reproduce.select_configs(reproduce.CONFIGS, name, None)[0]
+    budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
+    config = select_configs(CONFIGS, name, None)[0]
     out = os.path.join(work, f"out_s{seed}")
-    run = reproduce.make_plan([config], budget, data, out, log=progress,
+    run = make_plan([config], budget, data, out, log=progress,
                               runs_dir=os.path.join(work, f"runs_s{seed}"))[0]
     if run.skip_reason:
         raise RuntimeError(f"{item_id(name, seed)}: {run.skip_reason}")
     t0 = time.time()
     if run.state() != "done":
-        reproduce.train(run, progress, 1, 1, t0)
+        train(run, progress, 1, 1, t0)
     info = run.done_info()
     progress(f"[evidence] {item_id(name, seed)}: decoding the test set")
-    report = timing.benchmark({name: run.checkpoint}, data, reproduce.decode_args(budget),
+    report = timing.benchmark({name: run.checkpoint}, data, decode_args(budget),
                               warmup=0, repeats=1, threads=budget["decode_threads"],
                               progress=progress)
     res = report.models[0]
-    _, _, tgt, _ = reproduce.corpus_paths(data)
+    _, _, tgt, _ = corpus_paths(data)
     hyp_path = Path(results) / "hyps" / f"{item_id(name, seed)}.{tgt}"
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")
@@ -231,7 +225,7 @@ def snapshot_corpus(data: str, results: str) -> None:
     so that the tables can be rebuilt from committed files; refuse a different test set."""
     import shutil
 
-    _, _, tgt, _ = reproduce.corpus_paths(data)
+    _, _, tgt, _ = corpus_paths(data)
     root = Path(data)
     dst = Path(results) / "corpus"
     dst.mkdir(parents=True, exist_ok=True)
