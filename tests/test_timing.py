@@ -91,6 +91,24 @@ def test_same_hypotheses_as_fairseq_generate(toy, ckpts):
     assert [theirs[i] for i in range(N_TEST)] == report.models[0].hypotheses
 
 
+def test_scripted_generator_decodes_the_same_hypotheses(toy, ckpts):
+    """--script: fairseq's SequenceGenerator under torch.jit.script, behind the same passes."""
+    from fairseq_shared.timing import benchmark
+
+    runs = {}
+    for script in (False, True):
+        report = benchmark(ckpts, toy, GEN, warmup=0, repeats=1, threads=1, script=script,
+                           progress=lambda m: None)
+        runs[script] = report
+    assert runs[True].settings["generator"].startswith("torch.jit.script")
+    assert runs[False].settings["generator"] == "eager"
+    for eager, scripted in zip(runs[False].models, runs[True].models):
+        assert scripted.hypotheses == eager.hypotheses and scripted.bleu == eager.bleu
+    with pytest.raises(ValueError, match="--script: only fairseq's SequenceGenerator"):
+        benchmark({"v": ckpts["vanilla"]}, toy, GEN + ["--print-alignment"], warmup=0, repeats=1,
+                  script=True, progress=lambda m: None)
+
+
 def test_dropped_sentences_fail_loudly(toy, ckpts):
     from fairseq_shared.timing import DroppedSentencesError, benchmark, check_counts
 

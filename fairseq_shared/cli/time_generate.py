@@ -38,6 +38,9 @@ def build_parser():
                    help="force output lengths: 'reference' (forced decoding of the reference) "
                    "or an int L (every output L tokens + EOS)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--script", action="store_true",
+                   help="decode with fairseq's SequenceGenerator compiled by torch.jit.script "
+                   "(same hypotheses; about 30%% less CPU time at batch 1, results/scripting.md)")
     p.add_argument("--references", default=None,
                    help="raw detokenized references (default <data>/raw/<subset>.<tgt>)")
     p.add_argument("--out", default=None, help="directory for results.{md,csv,json}, hyps")
@@ -74,7 +77,7 @@ def main(argv=None):
             checkpoints, args.data, gen, baseline=args.baseline, warmup=args.warmup,
             warmup_batches=args.warmup_batches, repeats=args.repeats, subset=args.subset,
             force=args.force_lengths, threads=args.threads, references=args.references,
-            progress=lambda m: print(m, file=sys.stderr, flush=True),
+            script=args.script, progress=lambda m: print(m, file=sys.stderr, flush=True),
         )
     except DroppedSentencesError as e:
         print(f"ERROR: {e}", file=sys.stderr)

@@ -23,6 +23,7 @@ def benchmark(
     force=None,
     threads: Optional[int] = None,
     references: Optional[str] = None,
+    script: bool = False,
     progress=print,
 ) -> BenchmarkReport:
     """Decode ``data``'s test set (``--gen-subset``) with every checkpoint and time it.
@@ -45,7 +46,7 @@ def benchmark(
         raise ValueError(f"baseline '{baseline}' is not one of {names}")
     repeats = max(1, int(repeats))
     session = Session(data, checkpoints[names[0]], generate_args, subset=subset,
-                      force=force, threads=threads, references=references)
+                      force=force, threads=threads, references=references, script=script)
     loaded = []
     for name in names:
         progress(f"[decode] loading {name}: {checkpoints[name]}")

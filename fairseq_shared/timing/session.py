@@ -85,12 +85,40 @@ def select_ids(num: int, subset: Optional[int]) -> np.ndarray:
     return np.unique(np.linspace(0, num - 1, subset).round().astype(np.int64))
 
 
+class ScriptedGenerator:
+    """fairseq's SequenceGenerator compiled with ``torch.jit.script``, behind the
+    ``generate(models, sample, ...)`` call that ``task.inference_step`` makes (the scripted
+    module only exposes ``forward(sample, prefix_tokens, bos_token)``)."""
+
+    def __init__(self, generator):
+        from fairseq.sequence_generator import SequenceGenerator
+
+        if type(generator) is not SequenceGenerator:
+            raise ValueError(f"--script: only fairseq's SequenceGenerator (beam search) can be "
+                             f"scripted, not {type(generator).__name__}; drop --script or the "
+                             "options that select another generator (e.g. --print-alignment)")
+        self.eos = generator.eos
+        self.symbols_to_strip_from_output = generator.symbols_to_strip_from_output
+        # prepare_for_inference_ sets each decoder layer's need_attn to --print-alignment,
+        # None when unset; TorchScript needs the bool it means (no alignment)
+        for module in generator.model.modules():
+            if getattr(module, "need_attn", False) is None:
+                module.need_attn = False
+        self.scripted = torch.jit.script(generator)
+
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None):
+        if constraints is not None:
+            raise ValueError("--script: lexical constraints need fairseq's eager generator")
+        # the scripted forward is typed Dict[str, Dict[str, Tensor]]: only net_input is read
+        return self.scripted({"net_input": sample["net_input"]}, prefix_tokens, bos_token)
+
+
 class Session:
     """A task, its test set and the shared settings; models are added with :meth:`load`."""
 
     def __init__(self, data: str, first_path: str, extra_args: Sequence[str] = (),
                  subset: Optional[int] = None, force=None, threads: Optional[int] = None,
-                 references: Optional[str] = None):
+                 references: Optional[str] = None, script: bool = False):
         from fairseq import tasks, utils
 
         if threads:
@@ -111,6 +139,7 @@ class Session:
         self._dataset_loaded = False
         self.subset = subset
         self.references_path = references
+        self.script = script
         self.tokenizer = self.task.build_tokenizer(cfg.tokenizer)
         self.bpe = self.task.build_bpe(cfg.bpe)
         self._data_root = resolve_data(data)[1]
@@ -163,6 +192,8 @@ class Session:
                 gen_cfg.max_len_b = int(self.force)
                 gen_cfg.min_len = int(self.force)
         generator = self.task.build_generator(models, gen_cfg)
+        if self.script:
+            generator = ScriptedGenerator(generator)
         return LoadedModel(self, name, path, models, generator, params)
 
     def batches(self, max_batches: Optional[int] = None):
@@ -267,6 +298,7 @@ class Session:
                 else f"{len(self.ids)} of {len(self.dataset)}, evenly spaced by id"
             ),
             "force_lengths": self.force,
+            "generator": "torch.jit.script(SequenceGenerator)" if self.script else "eager",
             "post_process": cfg.common_eval.post_process,
             "bpe": cfg.bpe._name if cfg.bpe is not None and "_name" in cfg.bpe else None,
             "torch": torch.__version__,
