@@ -16,8 +16,8 @@ from fairseq's ``checkpoint_last.pt``):
             ``<work>/main_job/main_job.md``.
 
 Budgets come from flags or environment variables (flag wins): ``FS_BUDGET`` (preset, default
-``demo``), ``FS_DIM`` (model width, 128), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (1200),
-``FS_MINUTES`` (cap per model in minutes, 14), ``FS_THREADS`` (training threads, 2),
+``demo``), ``FS_DIM`` (model width, 128), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (1000),
+``FS_MINUTES`` (cap per model in minutes, 16), ``FS_THREADS`` (training threads, 2),
 ``FS_DECODE_THREADS`` (1), ``FS_MAX_TOKENS`` (2048),
 ``FS_DECODE_SENTENCES`` (test verses decoded, evenly spaced; 200; 0 = all), ``FS_REPEATS``
 (timed passes, 2), ``FS_WORK`` (work directory, ``work``). The defaults aim at about 30
