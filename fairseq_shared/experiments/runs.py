@@ -45,6 +45,8 @@ class Run:
                       f"--{stack}-share-scope", self.scope]
             if self.strategy in ("sequence", "cycle", "cycle_rev"):
                 flags += [f"--{stack}-unique-layers", str(self.M)]
+            if b.get("normalize_before"):
+                flags += [f"--{stack}-normalize-before"]
         return flags + [str(x) for x in self.config.get("extra", [])]
 
     def train_command(self) -> List[str]:
