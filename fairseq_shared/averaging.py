@@ -1,0 +1,147 @@
+"""Checkpoint averaging (fairseq's ``scripts/average_checkpoints.py``, which the pip package
+lacks) with safe loading and ties kept: the library behind ``fairseq-shared-average``
+(:mod:`fairseq_shared.cli.average_checkpoints`, whose docstring lists the differences from
+fairseq's script)."""
+
+import collections
+import os
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from fairseq_shared import compat  # noqa: F401  (allows fairseq's checkpoint types)
+
+EPOCH_PATTERN = re.compile(r"checkpoint(\d+)\.pt")
+UPDATE_PATTERN = re.compile(r"checkpoint_\d+_(\d+)\.pt")
+
+
+class AverageError(ValueError):
+    """Bad input for averaging; the message says what to change."""
+
+
+def last_n_checkpoints(
+    directory: str, n: int, update_based: bool, upper_bound: Optional[int] = None
+) -> List[str]:
+    """The ``n`` newest epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``) files."""
+    flag = "--num-update-checkpoints" if update_based else "--num-epoch-checkpoints"
+    kind = "update checkpoints (checkpoint_<EPOCH>_<UPDATE>.pt)" if update_based else (
+        "epoch checkpoints (checkpoint<EPOCH>.pt)"
+    )
+    if not os.path.isdir(directory):
+        raise AverageError(f"{flag} needs --inputs to be one checkpoint directory; "
+                           f"'{directory}' is not a directory")
+    pattern = UPDATE_PATTERN if update_based else EPOCH_PATTERN
+    entries = []
+    for name in os.listdir(directory):
+        match = pattern.fullmatch(name)
+        if match is not None:
+            number = int(match.group(1))
+            if upper_bound is None or number <= upper_bound:
+                entries.append((number, name))
+    entries.sort(reverse=True)
+    if len(entries) < n:
+        bound = "" if upper_bound is None else f" with number <= {upper_bound} (--checkpoint-upper-bound)"
+        found = ", ".join(name for _, name in sorted(entries)) or "none"
+        allowed = f"1..{len(entries)}" if entries else "none: there is nothing to average"
+        raise AverageError(
+            f"{flag} {n}: '{directory}' holds only {len(entries)} {kind}{bound} "
+            f"[{found}]; allowed values: {allowed}"
+        )
+    return [os.path.join(directory, name) for _, name in entries[:n]]
+
+
+def _tensor_identity(tensor: torch.Tensor) -> Tuple:
+    """Keys whose tensors have the same identity are one (tied) tensor."""
+    return (
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        tensor.dtype,
+    )
+
+
+def tie_groups(model_state: Dict[str, torch.Tensor]) -> List[Tuple[str, ...]]:
+    """Keys grouped by shared tensor, in state-dict order; untied keys are 1-tuples."""
+    groups: Dict[Tuple, List[str]] = collections.OrderedDict()
+    for key, value in model_state.items():
+        if not torch.is_tensor(value):
+            raise AverageError(f"model entry '{key}' is a {type(value).__name__}, not a tensor")
+        groups.setdefault(_tensor_identity(value), []).append(key)
+    return [tuple(keys) for keys in groups.values()]
+
+
+def load_checkpoint(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise AverageError(f"--inputs: no such checkpoint file '{path}'")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle.UnpicklingError for anything not allowed
+        raise AverageError(f"cannot load '{path}' safely (weights_only=True): {error}") from error
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise AverageError(f"'{path}' is not a fairseq checkpoint (no 'model' state dict)")
+    return state
+
+
+def average_checkpoints(inputs: Sequence[str]) -> dict:
+    """Average the ``model`` tensors of ``inputs``; everything else comes from ``inputs[0]``."""
+    if not inputs:
+        raise AverageError("--inputs: no checkpoints to average")
+    new_state = None
+    sums: Dict[str, torch.Tensor] = {}  # representative key of each tie group -> sum
+    dtypes: Dict[str, torch.dtype] = {}
+    reference_groups = None
+    reference_keys = None
+    for path in inputs:
+        state = load_checkpoint(path)
+        model = state["model"]
+        keys = list(model.keys())
+        groups = tie_groups(model)
+        if reference_keys is None:
+            new_state, reference_keys, reference_groups = state, keys, groups
+        else:
+            if set(keys) != set(reference_keys):
+                missing = sorted(set(reference_keys) - set(keys))
+                extra = sorted(set(keys) - set(reference_keys))
+                raise AverageError(
+                    f"'{path}' does not hold the parameters of '{inputs[0]}': "
+                    f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                    f"extra {extra[:5]}{'...' if len(extra) > 5 else ''}"
+                )
+            if sorted(groups) != sorted(reference_groups):
+                raise AverageError(
+                    f"'{path}' ties parameters differently from '{inputs[0]}': "
+                    f"{sorted(set(groups) ^ set(reference_groups))[:5]}"
+                )
+        for group in groups:
+            tensor = model[group[0]]
+            if group[0] not in sums:
+                dtypes[group[0]] = tensor.dtype
+                accumulate = torch.float64 if tensor.is_floating_point() else torch.int64
+                sums[group[0]] = tensor.to(accumulate, copy=True)
+            else:
+                if tensor.shape != sums[group[0]].shape:
+                    raise AverageError(
+                        f"'{group[0]}' has shape {tuple(tensor.shape)} in '{path}' but "
+                        f"{tuple(sums[group[0]].shape)} in '{inputs[0]}'"
+                    )
+                sums[group[0]] += tensor.to(sums[group[0]].dtype)
+
+    n = len(inputs)
+    averaged = collections.OrderedDict()
+    shared = {}
+    for group in reference_groups:
+        total = sums[group[0]]
+        dtype = dtypes[group[0]]
+        if total.is_floating_point():
+            out_dtype = torch.float32 if dtype == torch.float16 else dtype
+            value = (total / n).to(out_dtype)
+        else:
+            value = torch.div(total, n, rounding_mode="floor").to(dtype)
+        for key in group:
+            shared[key] = value  # one tensor for the whole tie group
+    for key in reference_keys:  # the first checkpoint's key order
+        averaged[key] = shared[key]
+    new_state["model"] = averaged
+    return new_state
