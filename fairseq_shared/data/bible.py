@@ -36,7 +36,7 @@ from fairseq_shared.data import audit, pipeline
 from fairseq_shared.data.align import align_11
 from fairseq_shared.data.pipeline import log
 from fairseq_shared.data.sword import (  # noqa: F401  (part of this module's interface)
-    COLOPHON_BOOKS, DEBIAN_PACKAGES, INSTALL_HINT, SRC_MODULE, SWORD_PATH, TGT_MODULE,
+    COLOPHON_BOOKS, DEBIAN_PACKAGES, INSTALL_HINT, SRC, SRC_MODULE, SWORD_PATH, TGT, TGT_MODULE,
     MissingModulesError, book_order, check_modules, clean_module, read_module, strip_colophon,
 )
 
