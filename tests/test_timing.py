@@ -175,3 +175,96 @@ def test_cli_writes_md_csv_json(toy, ckpts, tmp_path, capsys):
                              *GEN, "--max-source-positions", "12",
                              "--skip-invalid-size-inputs-valid-test"])
     assert rc == 3
+
+
+def test_cpu_time_per_pass_and_summary(toy, ckpts, tmp_path):
+    """Every pass also records the process's CPU time around the same inference_step calls;
+    the summary, ratios, CSV, JSON and Markdown carry the CPU rates."""
+    import statistics
+
+    from fairseq_shared.timing import CSV_FIELDS, PassResult, markdown_table, write_report
+    from fairseq_shared.timing import benchmark
+
+    report = benchmark(ckpts, toy, GEN, baseline="vanilla", warmup=0, repeats=2, subset=8,
+                       threads=1, progress=lambda m: None)
+    assert "process_time" in report.settings["cpu_timer"]
+    for m, row in zip(report.models, report.rows()):
+        for p in m.passes:
+            assert p.cpu_seconds > 0
+            # one torch thread: CPU time cannot exceed the wall time on every core
+            assert p.cpu_seconds <= p.gen_seconds * (os.cpu_count() or 1) + 1e-3
+            assert p.cpu_tokens_per_s == pytest.approx(p.tokens / p.cpu_seconds)
+            assert p.cpu_sentences_per_s == pytest.approx(p.sentences / p.cpu_seconds)
+            assert p.sentences == 8
+        cpu_tps = [p.cpu_tokens_per_s for p in m.passes]
+        cpu_sps = [p.cpu_sentences_per_s for p in m.passes]
+        assert row["cpu_tokens_per_s_median"] == pytest.approx(statistics.median(cpu_tps))
+        assert row["cpu_tokens_per_s_min"] == pytest.approx(min(cpu_tps))
+        assert row["cpu_tokens_per_s_max"] == pytest.approx(max(cpu_tps))
+        assert row["cpu_sentences_per_s_median"] == pytest.approx(statistics.median(cpu_sps))
+        assert row["cpu_sentences_per_s_min"] <= row["cpu_sentences_per_s_median"] \
+            <= row["cpu_sentences_per_s_max"]
+        cpu_med = statistics.median([p.cpu_seconds for p in m.passes])
+        assert row["cpu_seconds_median"] == pytest.approx(cpu_med)
+        assert row["cpu_ms_per_token"] == pytest.approx(1000 * cpu_med / row["output_tokens"])
+        # the wall-clock fields are unchanged
+        assert row["tokens_per_s_median"] == pytest.approx(
+            statistics.median([p.tokens_per_s for p in m.passes]))
+    base, other = report.models
+    assert base.cpu_speed_ratio == pytest.approx(1.0)
+    assert base.cpu_sent_speed_ratio == pytest.approx(1.0)
+    assert other.cpu_speed_ratio == pytest.approx(statistics.median(
+        p.cpu_tokens_per_s / b.cpu_tokens_per_s for p, b in zip(other.passes, base.passes)))
+    assert report.rows()[1]["cpu_speed_vs_baseline"] == other.cpu_speed_ratio
+    assert "CPU tok/s" in markdown_table(report)
+    paths = write_report(report, str(tmp_path / "rep"))
+    data = json.loads(open(paths["json"]).read())
+    assert all(p["cpu_seconds"] > 0 for ps in data["passes"].values() for p in ps)
+    assert {"cpu_tokens_per_s_median", "cpu_speed_vs_baseline"} <= set(CSV_FIELDS)
+    assert "cpu_tokens_per_s_median" in open(paths["csv"]).readline()
+    # records built the old way (six fields) still work, without CPU rates
+    old = PassResult(1.0, 1.2, 4, 20, 10.0, 1.0)
+    assert old.tokens_per_s == 20 and old.cpu_tokens_per_s != old.cpu_tokens_per_s  # NaN
+
+
+def test_bench_san_cpu_script(toy, ckpts, tmp_path):
+    """scripts/bench_san_cpu.py decodes through fairseq_shared.timing: every cell has positive
+    CPU rates, forced cells have the forced length, and --render prints the table."""
+    import importlib.util
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_san_cpu.py")
+    spec = importlib.util.spec_from_file_location("bench_san_cpu", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "cpu.json"
+    bench.main(["--data", os.path.join(toy, "bin"),
+                "--models", f"vanilla={ckpts['vanilla']},shared={ckpts['cycle_rev_2L']}",
+                "--sentences", "4", "--large-batch", "4", "--rounds", "1", "--forced-len", "6",
+                "--out", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python scripts/bench_san_cpu.py --data")
+    cells = doc["cells"]
+    assert [(c["forced_len"], c["beam"], c["batch"]) for c in cells] == [
+        (f, b, n) for f in (None, 6) for b in (1, 4) for n in (1, 4)]
+    for c in cells:
+        assert c["sentences"] == 4 and c["rounds"] == 1
+        assert f"--beam {c['beam']} --batch-size {c['batch']}" in c["generate_args"]
+        assert "--num-workers 0" in c["generate_args"]
+        assert list(c["models"]) == ["vanilla", "shared"]
+        for name, m in c["models"].items():
+            assert m["sentences"] == 4 and m["tokens"] > 0
+            assert len(m["cpu_tok_s"]) == len(m["cpu_sent_s"]) == len(m["wall_tok_s"]) == 1
+            assert all(x > 0 for x in m["cpu_tok_s"] + m["cpu_sent_s"] + m["wall_tok_s"])
+            assert m["cpu_tok_s"][0] == pytest.approx(m["tokens"] / m["cpu_seconds"][0])
+            assert m["cpu_ratio"] > 0 and m["cpu_sent_ratio"] > 0 and m["wall_ratio"] > 0
+            if c["forced_len"]:
+                assert m["tokens"] == 4 * (6 + 1)  # 6 tokens + EOS each
+        assert c["models"]["vanilla"]["cpu_ratio"] == pytest.approx(1.0)
+    md = (tmp_path / "cpu.md").read_text()
+    rendered = subprocess.run([sys.executable, script, "--render", str(out)], check=True,
+                              capture_output=True, text=True).stdout
+    assert rendered == md
+    assert "| decoding | beam | batch | model |" in rendered
+    assert "| forced 6 | 4 | 4 | shared | 28 |" in rendered
+    assert len([l for l in rendered.splitlines() if l.startswith("| free")]) == 8

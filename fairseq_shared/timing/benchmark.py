@@ -75,6 +75,7 @@ def benchmark(
             progress(
                 f"[decode] pass {r + 1}/{repeats} {m.name}: {res.sentences} sentences, "
                 f"{res.tokens} tokens, {res.gen_seconds:.2f}s, {res.tokens_per_s:.1f} tok/s "
+                f"(CPU {res.cpu_seconds:.2f}s, {res.cpu_tokens_per_s:.1f} tok/s) "
                 f"({done}/{repeats * n}, elapsed {elapsed:.0f}s, ETA {eta:.0f}s)"
             )
     # ratios: median over rounds of the per-round ratio against the baseline
@@ -85,6 +86,13 @@ def benchmark(
         )
         res.sent_speed_ratio = statistics.median(
             p.sentences_per_s / b.sentences_per_s for p, b in zip(res.passes, base.passes)
+        )
+        res.cpu_speed_ratio = statistics.median(
+            p.cpu_tokens_per_s / b.cpu_tokens_per_s for p, b in zip(res.passes, base.passes)
+        )
+        res.cpu_sent_speed_ratio = statistics.median(
+            p.cpu_sentences_per_s / b.cpu_sentences_per_s
+            for p, b in zip(res.passes, base.passes)
         )
     refs, ref_source = session.references()
     for m in loaded:
@@ -103,6 +111,8 @@ def benchmark(
         interleaved=True,
         references=ref_source,
         timer="task.inference_step only (as fairseq-generate's gen_timer)",
+        cpu_timer="time.process_time around the same task.inference_step calls "
+                  "(this process, all threads)",
         tokens_counted="top hypothesis tokens incl. EOS (as fairseq-generate)",
     )
     report = BenchmarkReport(settings, [results[n_] for n_ in names], baseline)

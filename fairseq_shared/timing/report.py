@@ -17,12 +17,14 @@ def markdown_table(report: BenchmarkReport) -> str:
         f"batch size {s['batch_size']}, max tokens {s['max_tokens']}, device {s['device']} "
         f"({s['cpu_model']}), {s['torch_threads']} threads, fp16 {s['fp16']}, "
         f"forced lengths: {s['force_lengths']}; {s['warmup_passes']} warm-up + "
-        f"{s['timed_passes']} timed passes, interleaved; speed = median over passes, "
+        f"{s['timed_passes']} timed passes, interleaved; speed = median over passes "
+        f"(CPU: the process's CPU time in the same calls), "
         f"ratios = median per-round ratio vs `{report.baseline}`.",
         "",
         "| model | params | BLEU | chrF | sentences | out tokens | tok/s (median) | tok/s min-max | "
-        "sent/s | ms/token | speed vs baseline | peak mem MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "sent/s | ms/token | speed vs baseline | peak mem MB | "
+        "CPU tok/s (median, min-max) | CPU speed vs baseline |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report.rows():
         lines.append(
@@ -30,7 +32,10 @@ def markdown_table(report: BenchmarkReport) -> str:
             f"| {r['sentences']} | {r['output_tokens']} | {fmt(r['tokens_per_s_median'], '.1f')} "
             f"| {fmt(r['tokens_per_s_min'], '.1f')}-{fmt(r['tokens_per_s_max'], '.1f')} "
             f"| {fmt(r['sentences_per_s_median'], '.2f')} | {fmt(r['ms_per_token'], '.2f')} "
-            f"| x{fmt(r['speed_vs_baseline'], '.2f')} | {fmt(r['peak_mem_mb'], '.0f')} |"
+            f"| x{fmt(r['speed_vs_baseline'], '.2f')} | {fmt(r['peak_mem_mb'], '.0f')} "
+            f"| {fmt(r['cpu_tokens_per_s_median'], '.1f')} "
+            f"({fmt(r['cpu_tokens_per_s_min'], '.1f')}-{fmt(r['cpu_tokens_per_s_max'], '.1f')}) "
+            f"| x{fmt(r['cpu_speed_vs_baseline'], '.2f')} |"
         )
     sig = next((m.bleu_signature for m in report.models if m.bleu_signature), "")
     csig = next((m.chrf_signature for m in report.models if m.chrf_signature), "")
@@ -47,6 +52,10 @@ CSV_FIELDS = [
     "sentences_per_s_median", "ms_per_token", "gen_seconds_median", "wall_seconds_median",
     "peak_mem_mb", "mem_growth_mb", "speed_vs_baseline", "sent_speed_vs_baseline",
     "timed_passes", "deterministic",
+    "cpu_seconds_median", "cpu_tokens_per_s_median", "cpu_tokens_per_s_min",
+    "cpu_tokens_per_s_max", "cpu_sentences_per_s_median", "cpu_sentences_per_s_min",
+    "cpu_sentences_per_s_max", "cpu_ms_per_token", "cpu_speed_vs_baseline",
+    "cpu_sent_speed_vs_baseline",
 ]
 
 

@@ -16,6 +16,8 @@ class PassResult:
     tokens: int  # output tokens of the top hypotheses, EOS included (fairseq's count)
     peak_mem_mb: float
     mem_growth_mb: float
+    # the process's CPU time (time.process_time) inside the same task.inference_step calls
+    cpu_seconds: float = float("nan")
 
     @property
     def tokens_per_s(self):
@@ -24,6 +26,20 @@ class PassResult:
     @property
     def sentences_per_s(self):
         return self.sentences / self.gen_seconds if self.gen_seconds > 0 else float("nan")
+
+    @property
+    def cpu_tokens_per_s(self):
+        return self.tokens / self.cpu_seconds if self.cpu_seconds > 0 else float("nan")
+
+    @property
+    def cpu_sentences_per_s(self):
+        return self.sentences / self.cpu_seconds if self.cpu_seconds > 0 else float("nan")
+
+
+def _median_min_max(values: List[float]):
+    if not values:
+        return (float("nan"),) * 3
+    return statistics.median(values), min(values), max(values)
 
 
 @dataclass
@@ -41,10 +57,15 @@ class ModelResult:
     chrf_signature: str = ""
     speed_ratio: Optional[float] = None  # median per-round tokens/s ratio vs baseline
     sent_speed_ratio: Optional[float] = None
+    cpu_speed_ratio: Optional[float] = None  # the same, on CPU-time tokens/s
+    cpu_sent_speed_ratio: Optional[float] = None
 
     def summary(self) -> Dict:
         tps = [p.tokens_per_s for p in self.passes]
         sps = [p.sentences_per_s for p in self.passes]
+        cpu_tps = _median_min_max([p.cpu_tokens_per_s for p in self.passes])
+        cpu_sps = _median_min_max([p.cpu_sentences_per_s for p in self.passes])
+        cpu_sec = _median_min_max([p.cpu_seconds for p in self.passes])[0]
         q1, q3 = (np.percentile(tps, [25, 75]) if tps else (float("nan"),) * 2)
         med = statistics.median(tps) if tps else float("nan")
         gen = statistics.median([p.gen_seconds for p in self.passes]) if tps else float("nan")
@@ -73,6 +94,17 @@ class ModelResult:
             else float("nan"),
             "speed_vs_baseline": self.speed_ratio,
             "sent_speed_vs_baseline": self.sent_speed_ratio,
+            "cpu_seconds_median": cpu_sec,
+            "cpu_tokens_per_s_median": cpu_tps[0],
+            "cpu_tokens_per_s_min": cpu_tps[1],
+            "cpu_tokens_per_s_max": cpu_tps[2],
+            "cpu_sentences_per_s_median": cpu_sps[0],
+            "cpu_sentences_per_s_min": cpu_sps[1],
+            "cpu_sentences_per_s_max": cpu_sps[2],
+            "cpu_ms_per_token": 1000.0 * cpu_sec / last.tokens if last and last.tokens
+            else float("nan"),
+            "cpu_speed_vs_baseline": self.cpu_speed_ratio,
+            "cpu_sent_speed_vs_baseline": self.cpu_sent_speed_ratio,
             "timed_passes": len(self.passes),
             "deterministic": self.deterministic,
         }
