@@ -57,7 +57,7 @@ def main(argv=None):
         from fairseq_shared.experiments import evidence_report
 
         paths = evidence_report.render(args.results, command="python -m fairseq_shared.cli."
-                                       "evidence run --data work/bible --commit (2 workers)")
+                                       "evidence run --data work/bible --commit")
         print("\n".join(paths.values()))
         return 0
     items = evidence.parse_queue(args.queue)

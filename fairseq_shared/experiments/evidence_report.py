@@ -171,7 +171,7 @@ def render(results: str, command: str = "") -> Dict[str, str]:
     any_run = next((rs[0] for rs in runs.values()), None)
     header = ["# Evidence runs on the clean Bible split", ""]
     if command:
-        header += [f"Produced by `{command}`; tables regenerated from `runs/*.json` by "
+        header += [f"Produced by `{command}` (one worker per core); tables regenerated from `runs/*.json` by "
                    "`python -m fairseq_shared.cli.evidence render`.", ""]
     if any_run:
         b = any_run["budget"]
