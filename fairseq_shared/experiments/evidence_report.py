@@ -13,6 +13,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_shared.experiments.tables import lookup_lines
+
 # table -> row configurations in order; "lookup" is the audit's no-model baseline
 TABLES = {
     "takase": ("Takase & Kiyono: N layers over M parameter sets (equal updates)",
@@ -102,9 +104,7 @@ def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: st
     base_spu = statistics.mean(r["seconds_per_update"] for r in base) if base else None
     for name in names:
         if name == "lookup":
-            lk = audit["splits"]["test"]["lookup"]
-            lines.append(f"| lookup baseline (no model: closest training verse) | - | - | - | - | - "
-                         f"| - | - | {lk['bleu']:.2f} | {lk['chrf']:.2f} | - |")
+            lines += lookup_lines(audit["splits"]["test"]["lookup"], 11, 8)
             continue
         if name not in runs:
             lines.append(f"| {name} | not run yet | | | | | | | | | |")
