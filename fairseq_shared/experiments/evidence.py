@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
 from fairseq_shared.experiments.decode import decode_args
 from fairseq_shared.experiments.runs import make_plan
 from fairseq_shared.experiments.training import log_records, train
@@ -101,13 +102,15 @@ def release(work: str, name: str, seed: int) -> None:
 
 
 # ---------------------------------------------------------------------------- one run
-def learning_curve(log_path: str) -> List[Dict]:
+def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]:
     """Valid loss at every validation, with the training seconds spent up to that update.
 
     fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
     interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
     are the sum over the intervals that end at or before u; an interval logged twice (a killed
-    attempt that was resumed from an earlier checkpoint) counts once, with its last value."""
+    attempt that was resumed from an earlier checkpoint) counts once, with its last value.
+    ``cpu_costs`` (:func:`~fairseq_shared.experiments.cpu_clock.cpu_per_update`) adds the
+    CPU seconds spent up to each point (``train_cpu_seconds``)."""
     intervals, points = {}, {}
     for kind, rec in log_records(log_path):
         if kind == "train_inner" and "train_wall" in rec:
@@ -120,6 +123,8 @@ def learning_curve(log_path: str) -> List[Dict]:
             points[point["update"]] = point
     for u, point in points.items():
         point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
+        if len(cpu_costs) >= u:
+            point["train_cpu_seconds"] = round(cumulative_cpu(cpu_costs, u), 2)
     return [points[u] for u in sorted(points)]
 
 
@@ -151,6 +156,8 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")
     scored = score(res.hypotheses, report.references)
+    costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
+                                      info["updates"])
     result = {
         "name": name, "seed": seed, "label": config.get("label", name),
         "tables": config.get("tables", []), "arch": run.arch, "strategy": run.strategy,
@@ -159,8 +166,12 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
         "updates": info["updates"], "training_seconds": info["training_seconds"],
         "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
         "train_wps": info.get("train_wps"),
+        # CPU seconds of the training process tree: not inflated by other jobs (cpu_clock)
+        "training_cpu_seconds": round(sum(costs), 1) if costs else None,
+        "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
+        "cpu_estimated_updates": estimated,
         "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
-        "curve": learning_curve(os.path.join(run.dir, "train.log")),
+        "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
         "test": {"bleu": scored["bleu"], "chrf": scored["chrf"],
                  "bleu_signature": scored["bleu_signature"],
                  "chrf_signature": scored["chrf_signature"], "sentences": scored["n"],

@@ -65,6 +65,11 @@ def fmt_spread(xs: List[float], spec=".2f") -> str:
     return f"{m:{spec}}" + (f" ± {sd:{spec}} ({per_seed})" if sd is not None else "")
 
 
+def cost_per_update(run: Dict) -> float:
+    """CPU seconds per update where the run recorded them, else wall seconds per update."""
+    return run.get("cpu_seconds_per_update") or run["seconds_per_update"]
+
+
 def row_stats(name: str, runs: List[Dict], base: Optional[List[Dict]], results: str,
               refs: List[str]) -> Dict:
     bleu = [r["test"]["bleu"] for r in runs]
@@ -75,7 +80,7 @@ def row_stats(name: str, runs: List[Dict], base: Optional[List[Dict]], results: 
         "updates": sorted({r["updates"] for r in runs}),
         "bleu": bleu, "chrf": [r["test"]["chrf"] for r in runs],
         "valid_loss": [r["valid_loss"] for r in runs if r["valid_loss"] is not None],
-        "seconds_per_update": [r["seconds_per_update"] for r in runs],
+        "seconds_per_update": [cost_per_update(r) for r in runs],
         "paired": [],
     }
     if base and name != base[0]["name"]:
@@ -101,7 +106,7 @@ def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: st
              "(ΔBLEU, bootstrap p) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     rows = []
-    base_spu = statistics.mean(r["seconds_per_update"] for r in base) if base else None
+    base_spu = statistics.mean(cost_per_update(r) for r in base) if base else None
     for name in names:
         if name == "lookup":
             lines += lookup_lines(audit["splits"]["test"]["lookup"], 11, 8)
@@ -133,6 +138,9 @@ def plot_curves(runs: Dict[str, List[Dict]], out: Path) -> Optional[str]:
     if not runs:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    # CPU seconds where every run recorded them (other jobs do not inflate them), else wall
+    cpu = all("train_cpu_seconds" in p for rs in runs.values() for r in rs for p in r["curve"])
+    seconds = "train_cpu_seconds" if cpu else "train_seconds"
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, rs) in enumerate(sorted(runs.items())):
         for r in rs:
@@ -142,10 +150,11 @@ def plot_curves(runs: Dict[str, List[Dict]], out: Path) -> Optional[str]:
             style = dict(color=colors[i % len(colors)], linestyle="-" if r["seed"] == 1 else "--",
                          label=f"{name} s{r['seed']}")
             axes[0].plot([p["update"] for p in c], [p["valid_loss"] for p in c], **style)
-            axes[1].plot([p["train_seconds"] / 60 for p in c], [p["valid_loss"] for p in c],
+            axes[1].plot([p[seconds] / 60 for p in c], [p["valid_loss"] for p in c],
                          **style)
     axes[0].set_xlabel("updates")
-    axes[1].set_xlabel("training minutes (1 thread, shared 2-core machine)")
+    axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else
+                       "training minutes (wall, 1 thread, shared 2-core machine)")
     axes[0].set_ylabel("valid loss (label-smoothed CE, base 2)")
     axes[1].legend(fontsize=7, ncol=2)
     for ax in axes:
@@ -185,18 +194,21 @@ def render(results: str, command: str = "") -> Dict[str, str]:
             f"Decoding: beam {b['beam']}, lenpen {b['lenpen']}, detokenized sacreBLEU/chrF "
             f"(`{any_run['test']['bleu_signature']}`). Paired bootstrap: sacreBLEU, 1000 "
             "samples, against the table's baseline with the same seed.",
-            "s/update is training seconds per update measured while two runs (and other work) "
-            "shared the 2-core machine: a rough cost ratio, not a speed benchmark.", ""]
+            "s/update is the CPU seconds of the training process per update (one thread; "
+            "`training_cpu_seconds` in the run files), which other jobs on the machine do not "
+            "inflate as they do wall time; runs that predate this record use wall seconds per "
+            "update measured while two runs and other work shared the 2-core machine.", ""]
     text = "\n".join(header) + "\n" + "\n".join(parts)
     (out / "tables.md").write_text(text, encoding="utf-8")
     with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["config", "seed", "params", "updates", "training_seconds", "valid_loss",
-                    "bleu", "chrf"])
+        w.writerow(["config", "seed", "params", "updates", "training_seconds",
+                    "training_cpu_seconds", "valid_loss", "bleu", "chrf"])
         for name, rs in sorted(runs.items()):
             for r in rs:
                 w.writerow([name, r["seed"], r["params"], r["updates"],
-                            round(r["training_seconds"], 1), r["valid_loss"], r["test"]["bleu"],
+                            round(r["training_seconds"], 1), r.get("training_cpu_seconds"),
+                            r["valid_loss"], r["test"]["bleu"],
                             r["test"]["chrf"]])
     paths = {"tables": str(out / "tables.md"), "csv": str(out / "summary.csv")}
     plot = plot_curves(runs, out)

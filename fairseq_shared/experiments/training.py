@@ -11,6 +11,7 @@ import subprocess
 import time
 from typing import Dict
 
+from fairseq_shared.experiments.cpu_clock import CpuLog
 from fairseq_shared.experiments.runs import Run
 
 _JSON_RE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
@@ -103,10 +104,12 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
                MKL_NUM_THREADS=str(run.budget["threads"]), PYTHONUNBUFFERED="1")
     log_path = os.path.join(run.dir, "train.log")
     resumed = os.path.exists(run.checkpoint)
+    start_update = 0
     if resumed:
         # killed after its final checkpoint but before done.json: fairseq would run one
         # more update on restart, so finish here instead
         ck = checkpoint_progress(run.checkpoint)
+        start_update = ck["updates"]
         max_min = run.budget.get("max_minutes")
         if ck["updates"] >= run.max_update or (max_min and ck["seconds"] >= 60 * max_min):
             info = _write_done(run, key, time.time(), log_path,
@@ -123,6 +126,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
         logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                 text=True, bufsize=1)
+        cpu_log = CpuLog(run.dir, proc.pid, time.strftime("%Y%m%d-%H%M%S"), start_update)
         last_print = 0.0
         first_update = None
         try:
@@ -133,6 +137,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
                 if m and m.group(1) == "train_inner":
                     rec = json.loads(m.group(2))
                     upd = int(float(rec.get("num_updates", 0)))
+                    cpu_log.write(upd)
                     now = time.time()
                     if first_update is None:
                         first_update = (upd, now)
