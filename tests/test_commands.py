@@ -23,6 +23,12 @@ def test_command_is_tool_data_user_dir_then_args():
     assert "--user-dir" not in fairseq_command("generate", "bin", user_dir=False)
 
 
+def test_eval_lm_is_the_hyphenated_console_script():
+    exe = fairseq_tool("eval_lm")
+    assert exe == [os.path.join(os.path.dirname(sys.executable), "fairseq-eval-lm")]
+    assert os.access(exe[0], os.X_OK)
+
+
 def test_unknown_tool_names_the_allowed_ones():
     with pytest.raises(ValueError, match="unknown 'trian'; allowed: train, generate"):
         fairseq_tool("trian")

@@ -12,16 +12,16 @@ from typing import List
 
 # --user-dir: the fairseq_shared package directory
 USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = ("train", "generate", "preprocess", "interactive", "validate", "score")
+TOOLS = ("train", "generate", "preprocess", "interactive", "validate", "score", "eval_lm")
 
 
 def fairseq_tool(tool: str) -> List[str]:
     """The command that runs fairseq's ``tool`` (``train``, ``generate`` ...): the console
     script installed beside this Python (``fairseq-train``), else ``python -m
-    fairseq_cli.train``."""
+    fairseq_cli.train``; ``eval_lm`` is ``fairseq-eval-lm``)."""
     if tool not in TOOLS:
         raise ValueError(f"fairseq tool: unknown '{tool}'; allowed: {', '.join(TOOLS)}")
-    exe = os.path.join(os.path.dirname(sys.executable), f"fairseq-{tool}")
+    exe = os.path.join(os.path.dirname(sys.executable), f"fairseq-{tool.replace('_', '-')}")
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", f"fairseq_cli.{tool}"]
 
 
