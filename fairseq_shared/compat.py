@@ -23,13 +23,24 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    rank 0 loads the checkpoint and broadcasts it with ``torch.save``/``torch.load``; by then
    its config is an omegaconf ``DictConfig``. Those omegaconf types are allowed for that
    broadcast only (a scoped ``torch.serialization.safe_globals``), not for files.
+
+4. :func:`provide_numpy1_spellings` -- NumPy 2 removed ``numpy.compat`` and (2.4) the
+   ``interpolation=`` keyword of ``np.percentile``, which three fairseq data modules still
+   use: ``np.compat.long`` in ``token_block_dataset`` (``break_mode="eos"``, e.g.
+   ``--task language_modeling --sample-break-mode eos``) and ``language_pair_dataset``
+   (``num_buckets > 0``, i.e. translation with ``--num-batch-buckets``), and
+   ``np.percentile(..., interpolation=...)`` in ``data_utils.get_buckets`` (the same
+   ``num_buckets > 0`` path). Only those modules see an ``np`` that has them; numpy itself is
+   not changed.
 """
 
 import argparse
 import functools
+import importlib
 import logging
 import os
 import random
+import types
 
 import torch
 
@@ -260,6 +271,63 @@ def allow_distributed_checkpoint_broadcast() -> None:
     dist_utils._fairseq_shared_broadcast_patch = True
 
 
+# ---------------------------------------------------------------------------------------
+# 4. NumPy 2: the NumPy 1.x spellings of three fairseq data modules
+# ---------------------------------------------------------------------------------------
+
+#: The fairseq modules that use a NumPy 1.x spelling, which, and what breaks without it.
+NUMPY1_MODULES = {
+    "fairseq.data.token_block_dataset": "np.compat.long: TokenBlockDataset, break_mode 'eos'",
+    "fairseq.data.language_pair_dataset": "np.compat.long: LanguagePairDataset, num_buckets > 0",
+    "fairseq.data.data_utils": "np.percentile(interpolation=): get_buckets, num_buckets > 0",
+}
+
+
+class NumpyWithNumpy1Spellings(types.ModuleType):
+    """numpy as the modules of NUMPY1_MODULES see it: every attribute is numpy's own object
+    (``proxy.zeros is numpy.zeros``) except ``compat.long``, which NumPy 1.x defined as
+    ``int`` (``numpy/compat/py3k.py``; ``dtype=int`` is int64 as before), and ``percentile``,
+    which passes ``interpolation=`` on as its NumPy >= 1.22 name ``method=``."""
+
+    compat = types.SimpleNamespace(long=int)
+
+    @staticmethod
+    def percentile(a, q, *args, interpolation=None, **kwargs):
+        import numpy
+
+        if interpolation is not None:
+            kwargs["method"] = interpolation
+        return numpy.percentile(a, q, *args, **kwargs)
+
+    def __getattr__(self, name):
+        import numpy
+
+        return getattr(numpy, name)
+
+
+def provide_numpy1_spellings() -> bool:
+    """Rebind the name ``np`` in each module of NUMPY1_MODULES to
+    :class:`NumpyWithNumpy1Spellings`. Returns False (and does nothing) on NumPy < 2.
+
+    Why not give numpy itself a ``numpy.compat``: that changes numpy for every module in the
+    process (code that checks ``hasattr(np, "compat")`` would take NumPy 2 for 1.x) to fix
+    three call sites. Why not replace the fairseq functions: two of them are long methods of
+    which one line needs the old spelling, and copying fairseq code is what this package
+    avoids. Rebinding one module global changes what exactly those modules' ``np.compat``
+    and ``np.percentile`` mean, and nothing else.
+    """
+    import numpy
+
+    if hasattr(numpy, "compat"):  # NumPy < 2: fairseq works as written
+        return False
+    for name in NUMPY1_MODULES:
+        module = importlib.import_module(name)
+        if not isinstance(module.np, NumpyWithNumpy1Spellings):
+            module.np = NumpyWithNumpy1Spellings("numpy", NumpyWithNumpy1Spellings.__doc__)
+    return True
+
+
 allow_fairseq_checkpoint_globals()
 patch_cpu_distributed_training()
 allow_distributed_checkpoint_broadcast()
+provide_numpy1_spellings()

@@ -187,3 +187,71 @@ def test_hydra_train_checkpoint_loads(tmp_path, tmp_path_factory):
     assert raw["cfg"]["model"]["_name"] == "transformer_cycle_rev"
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(path)])
     assert models[0].encoder.layers[3].fc1.weight is models[0].encoder.layers[0].fc1.weight
+
+
+# ---- 4. NumPy 2: the NumPy 1.x spellings of three fairseq data modules ------------------
+import numpy  # noqa: E402
+from fairseq.data import data_utils, language_pair_dataset, token_block_dataset  # noqa: E402
+
+from helpers_model import make_dictionary  # noqa: E402
+
+SENTENCES = [[5, 6, 2], [7, 2], [8, 9, 10, 11, 2], [12, 2]]  # eos = 2
+NUMPY2 = not hasattr(numpy, "compat")
+
+
+@pytest.mark.skipif(not NUMPY2, reason="NumPy < 2 has numpy.compat: nothing to fix")
+def test_numpy1_spellings_are_given_to_the_three_fairseq_modules_only():
+    assert compat.provide_numpy1_spellings()  # idempotent: already applied on import
+    for module in (token_block_dataset, language_pair_dataset, data_utils):
+        assert module.np.compat.long is int
+        assert module.np.zeros is numpy.zeros and module.np.int64 is numpy.int64
+    assert data_utils.np.percentile([1, 2, 3, 9], [50, 100], interpolation="lower").tolist() == [2, 9]
+    assert not hasattr(numpy, "compat")  # numpy itself, and every other module, unchanged
+    from fairseq.data import indexed_dataset
+
+    assert indexed_dataset.np is numpy
+
+
+def _token_blocks():
+    return token_block_dataset.TokenBlockDataset(
+        [torch.tensor(s) for s in SENTENCES], [len(s) for s in SENTENCES], block_size=None,
+        pad=1, eos=2, break_mode="eos",
+    )
+
+
+def test_token_block_dataset_breaks_at_eos(monkeypatch):
+    """language_modeling --sample-break-mode eos: one block per sentence."""
+    blocks = _token_blocks()
+    assert [blocks[i].tolist() for i in range(len(blocks))] == SENTENCES
+    assert blocks.block_to_dataset_index[:, 1].tolist() == [0, 0, 0, 0]
+    if NUMPY2:  # without the fix, fairseq fails here
+        monkeypatch.setattr(token_block_dataset, "np", numpy)
+        with pytest.raises(AttributeError, match="compat"):
+            _token_blocks()
+
+
+def _bucketed_pairs():
+    d = make_dictionary()
+    src = [torch.tensor(s) for s in SENTENCES]
+    tgt = [torch.tensor(s[-2::-1] + [2]) for s in SENTENCES]
+    sizes = numpy.array([len(s) for s in SENTENCES])
+    return language_pair_dataset.LanguagePairDataset(src, sizes, d, tgt, sizes, d, num_buckets=2)
+
+
+@pytest.mark.parametrize("module", [None, language_pair_dataset, data_utils])
+def test_language_pair_dataset_with_batch_buckets(module, monkeypatch):
+    """translation --num-batch-buckets: lengths padded to 2 buckets, batches collate."""
+    if module is not None:  # without the fix in either module, fairseq fails here
+        if not NUMPY2:
+            pytest.skip("NumPy < 2: nothing to fix")
+        monkeypatch.setattr(module, "np", numpy)
+        with pytest.raises((AttributeError, TypeError), match="compat|interpolation"):
+            _bucketed_pairs()
+        return
+    pairs = _bucketed_pairs()
+    # lengths 3 2 5 2, bucket bounds the 50th/100th percentiles ("lower"): 2 and 5
+    assert [int(b) for _, b in pairs.buckets] == [2, 5]
+    assert pairs.bucketed_num_tokens.dtype == numpy.int64
+    assert pairs.bucketed_num_tokens.tolist() == [5, 2, 5, 2]
+    batch = pairs.collater([pairs[i] for i in range(len(pairs))])
+    assert batch["net_input"]["src_tokens"].shape == (4, 5)
