@@ -1,0 +1,49 @@
+"""Convert a trained model into one that shares parameters across layers.
+
+    python -m fairseq_shared.cli.convert_sharing IN.pt OUT.pt \\
+        [--encoder-share-strategy S] [--encoder-unique-layers M] [--encoder-share-scope C] \\
+        [--decoder-share-strategy S] [--decoder-unique-layers M] [--decoder-share-scope C] \\
+        [--data DATA_BIN] [--report REPORT.json]
+
+The sharing flags are the model's own (``fairseq-train --arch shared_transformer``); flags
+not given keep the input's values. Prints, per stack and layer position, how far the layer's
+weights are from what replaces them, and the flags to fine-tune OUT.pt with.
+
+What it does: :mod:`fairseq_shared.convert_sharing` (printed below by ``--help``).
+"""
+
+import argparse
+import json
+import logging
+
+from fairseq_shared import convert_sharing as library
+from fairseq_shared.models.config import add_sharing_args
+from fairseq_shared.policy import PolicyError
+from fairseq_shared.sharing import SharingConfigError
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__ + "\n" + library.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint_in", metavar="IN.pt")
+    p.add_argument("checkpoint_out", metavar="OUT.pt")
+    add_sharing_args(p)
+    p.add_argument("--data", help="data-bin directory, if it moved since training")
+    p.add_argument("--report", metavar="JSON", help="also write the report here")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    changes = {name: getattr(a, name, None) for name in library.change_names()}
+    try:
+        report = library.convert_checkpoint(a.checkpoint_in, a.checkpoint_out, changes, a.data)
+    except (library.ConversionError, SharingConfigError, PolicyError) as e:
+        p.error(str(e))
+    if a.report:
+        with open(a.report, "w") as f:
+            json.dump(report, f, indent=1)
+    print(library.format_report(report["stacks"]))
+    print(f"wrote {a.checkpoint_out}; fine-tune it with: --arch shared_transformer "
+          f"{report['flags']}")
+
+
+if __name__ == "__main__":
+    main()

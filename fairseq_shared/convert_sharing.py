@@ -1,0 +1,247 @@
+"""Convert a trained model into one that shares parameters across layers (the library side of
+``python -m fairseq_shared.cli.convert_sharing``).
+
+The input is a fairseq ``transformer`` checkpoint or a fairseq-shared ``shared_transformer``
+one (any map: it is first expanded to per-position weights with the model's
+``full_state_dict()``). The output model is ``shared_transformer`` with the new sharing
+flags; flags not given keep the input's values (a vanilla input has none: no sharing), except
+``--{stack}-unique-layers``, which goes with ``--{stack}-share-strategy`` when that is given.
+The arch becomes ``shared_transformer``: a family name such as ``transformer_cycle_rev``
+would misdescribe a model converted to another map, and every size flag is already explicit
+in the saved configuration.
+
+Each parameter the new model ties across positions becomes the mean of those positions'
+weights (:mod:`fairseq_shared.conversion`); every other parameter keeps its position's
+weight. The values are written through the built target model (its own state dict and
+``load_state_dict``, so the checkpoint is one that model wrote). The report gives, per stack
+and position, the relative Frobenius residual ``||W_pos - W'_pos|| / ||W_pos||`` over the
+parameters the scope ties, against the set mean (``before``) and against what the converted
+model computes with at that position (``after``).
+
+The optimizer state no longer matches the parameters: it is removed (fine-tune with
+``--finetune-from-model OUT.pt`` or ``--restore-file OUT.pt --reset-optimizer ...``), and so
+is an EMA copy of the old weights. SAN models are refused: a follower has no Q/K (or no
+encoder-decoder projections) of its own, so there is no per-position weight to average.
+"""
+
+import copy
+import logging
+import os
+from typing import Dict, List, Optional
+
+import torch
+
+from fairseq_shared.conversion import position_residuals
+from fairseq_shared.models.config import STACKS, model_config
+from fairseq_shared.sharing import format_assignment, in_scope
+
+logger = logging.getLogger("fairseq_shared.convert_sharing")
+
+#: Per-stack model attributes a conversion may set (``{stack}_{name}``).
+SHARING_ATTRS = ("share_strategy", "unique_layers", "share_scope")
+TARGET_ARCH = "shared_transformer"
+ACCEPTED_MODELS = ("transformer", "shared_transformer")
+
+
+def change_names() -> List[str]:
+    """The settings a conversion takes: ``encoder_share_strategy``, ..."""
+    return [f"{s}_{a}" for s in STACKS for a in SHARING_ATTRS]
+
+
+class ConversionError(ValueError):
+    """The checkpoint or the flags cannot be converted; the message says why."""
+
+
+# ---------------------------------------------------------------------------- flags
+def target_args(model_args, changes: Dict[str, object]):
+    """The input's model flags with ``changes`` (``{"decoder_share_strategy": "1,1,2", ...}``;
+    None: keep) applied, arch ``shared_transformer``; validated by the model's own checks."""
+    unknown = sorted(set(changes) - set(change_names()))
+    if unknown:
+        raise ConversionError(f"unknown sharing settings {unknown}")
+    args = copy.deepcopy(model_args)
+    args.arch = args._name = TARGET_ARCH
+    for stack in STACKS:
+        if changes.get(f"{stack}_share_strategy") is not None:
+            setattr(args, f"{stack}_unique_layers", None)  # M belongs to the old strategy
+    for name, value in changes.items():
+        if value is not None:
+            setattr(args, name, value)
+    for stack in STACKS:  # an input without sharing flags (fairseq's transformer)
+        for attr, default in (("share_strategy", "none"), ("share_scope", "all"),
+                              ("unique_layers", None)):
+            if getattr(args, f"{stack}_{attr}", None) is None:
+                setattr(args, f"{stack}_{attr}", default)
+    model_config(args)  # SharingConfigError naming the flag and the allowed values
+    return args
+
+
+# ---------------------------------------------------------------------------- checkpoint
+def _refuse(model_args, path: str) -> None:
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    arch = getattr(model_args, "arch", None)
+    model = ARCH_MODEL_NAME_REGISTRY.get(arch)
+    if model not in ACCEPTED_MODELS:
+        raise ConversionError(
+            f"{path}: --arch {arch} (model {model}) cannot be converted; allowed: checkpoints "
+            f"of fairseq's transformer or fairseq-shared's shared_transformer architectures"
+        )
+    if model == "shared_transformer":
+        from fairseq_shared.models.config import san_config_from_args
+
+        san = san_config_from_args(model_args)
+        if san.active:
+            raise ConversionError(
+                f"{path} uses attention-weight sharing (SAN: --san-self-policy "
+                f"{getattr(model_args, 'san_self_policy', None)}, --san-cross-policy "
+                f"{getattr(model_args, 'san_cross_policy', None)}, --san-encoder-policy "
+                f"{getattr(model_args, 'san_encoder_policy', None)}): its follower layers "
+                "have no attention projections of their own to average. Allowed: a model "
+                "without SAN; convert the policy to all-1 blocks first (python -m "
+                "fairseq_shared.cli.convert_policy IN.pt PLAIN.pt --san-self-policy 1,1,... "
+                "--san-cross-policy 1,1,...), which gives followers their leader's weights"
+            )
+
+
+def _full_state(model) -> Dict[str, torch.Tensor]:
+    full = getattr(model, "full_state_dict", None)  # merges tied sets (and LoRA deltas)
+    return dict(full() if full is not None else model.state_dict())
+
+
+def _layer_state(state: Dict[str, torch.Tensor], stack: str, num_layers: int):
+    prefix = f"{stack}.layers."
+    layers: List[Dict[str, torch.Tensor]] = [{} for _ in range(num_layers)]
+    for key, value in state.items():
+        index, _, name = key[len(prefix):].partition(".") if key.startswith(prefix) else ("", "", "")
+        if index.isdigit() and name:
+            layers[int(index)][name] = value
+    return layers
+
+
+def _tied_groups(model) -> Dict[str, List[str]]:
+    """Each parameter name of ``model`` -> every name bound to the same tensor."""
+    by_tensor: Dict[int, List[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_tensor.setdefault(id(param), []).append(name)
+    return {name: names for names in by_tensor.values() for name in names}
+
+
+def shared_values(new_model, old_full: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``new_model.state_dict()``'s entries filled from the per-position ``old_full``: a
+    tensor tied to several names gets the mean of the old values under those names."""
+    groups = _tied_groups(new_model)
+    out = {}
+    for key, current in new_model.state_dict().items():
+        names = groups.get(key, [key])
+        if not all(n in old_full for n in names):
+            if key.endswith(("sharing_map_version", "sharing_scope_version")):
+                out[key] = current  # the new model's own map
+                continue
+            missing = [n for n in names if n not in old_full]
+            raise ConversionError(f"the input model has no '{missing[0]}' to convert from")
+        values = [old_full[n] for n in names]
+        if any(v.shape != current.shape for v in values):
+            raise ConversionError(f"'{key}': shape {tuple(values[0].shape)} in the input, "
+                                  f"{tuple(current.shape)} in the converted model")
+        if all(torch.equal(v, values[0]) for v in values[1:]):  # already tied: exact
+            out[key] = values[0]
+        else:
+            out[key] = torch.stack([v.double() for v in values]).mean(0).to(current.dtype)
+    return out
+
+
+def residual_report(old_full, new_full, sharing) -> Dict[str, Dict]:
+    """Per stack and position: relative residual before (set mean) and after (converted)."""
+    report = {}
+    for stack, plan in sharing.items():
+        n = len(plan.assignment)
+        old_layers = _layer_state(old_full, stack, n)
+        new_layers = _layer_state(new_full, stack, n)
+        names = sorted(k for k in old_layers[0] if in_scope(k, plan.scope))
+        means = []
+        for p in range(n):
+            members = [q for q in range(n) if plan.assignment[q] == plan.assignment[p]]
+            means.append({k: torch.stack([old_layers[q][k] for q in members]).mean(0)
+                          for k in names})
+        before = position_residuals(old_layers, means, names)
+        after = position_residuals(old_layers, new_layers, names)
+        report[stack] = {
+            "sharing": plan.describe(),
+            "layer_to_set": format_assignment(plan.assignment),
+            "positions": [
+                {"position": p + 1, "set": plan.assignment[p] + 1,
+                 "before": round(before[p], 6), "after": round(after[p], 6)}
+                for p in range(n)
+            ],
+        }
+    return report
+
+
+def format_report(report: Dict[str, Dict]) -> str:
+    lines = []
+    for stack, r in report.items():
+        lines.append(f"{stack}: {r['sharing']}")
+        lines.append("  position  set  residual before  after")
+        for row in r["positions"]:
+            lines.append(f"  {row['position']:>8}  {row['set']:>3}  {row['before']:>15.4f}  "
+                         f"{row['after']:.4f}")
+    return "\n".join(lines)
+
+
+def convert_model(old_model, new_model):
+    """Write the shared values of ``old_model``'s weights into ``new_model``; the report."""
+    old_full = _full_state(old_model)
+    new_model.load_state_dict(shared_values(new_model, old_full), strict=True)
+    return residual_report(old_full, _full_state(new_model), new_model.sharing)
+
+
+def flag_line(args) -> str:
+    """The converted model's sharing flags, as fairseq-train takes them."""
+    parts = []
+    for stack in STACKS:
+        for attr in SHARING_ATTRS:
+            value = getattr(args, f"{stack}_{attr}", None)
+            if value is not None:
+                parts += [f"--{stack}-{attr.replace('_', '-')}", str(value)]
+    return " ".join(parts)
+
+
+def convert_checkpoint(path_in: str, path_out: str, changes: Dict[str, object],
+                       data: Optional[str] = None) -> Dict:
+    """Convert the checkpoint ``path_in`` under ``changes`` (see :func:`target_args`) and
+    write ``path_out``; return the report (also stored in its ``extra_state``)."""
+    import fairseq_shared  # noqa: F401  (compat + registration)
+    from fairseq import checkpoint_utils, tasks
+    from omegaconf import OmegaConf
+
+    if not os.path.isfile(path_in):
+        raise ConversionError(f"IN: no such checkpoint '{path_in}'")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path_in, {"data": data} if data else None)
+    cfg = state["cfg"]
+    _refuse(cfg.model, path_in)
+    new_args = target_args(cfg.model, changes)
+    task = tasks.setup_task(cfg.task)
+    old_model = task.build_model(cfg.model)
+    old_model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+    new_model = task.build_model(new_args)
+    report = {"input": os.path.abspath(path_in), "flags": flag_line(new_args),
+              "stacks": convert_model(old_model, new_model)}
+
+    state["model"] = new_model.state_dict()
+    state["cfg"] = {  # as fairseq's trainer saves it: plain containers, the model's Namespace
+        key: OmegaConf.to_container(cfg[key], resolve=True, enum_to_str=True)
+        if OmegaConf.is_config(cfg[key]) else cfg[key]
+        for key in cfg if key != "model"
+    }
+    state["cfg"]["model"] = new_args
+    state["args"] = None  # else fairseq rebuilds cfg from the old legacy args
+    state["last_optimizer_state"] = None
+    extra = dict(state.get("extra_state") or {})
+    extra.pop("ema", None)
+    extra["fairseq_shared_conversion"] = report
+    state["extra_state"] = extra
+    checkpoint_utils.torch_persistent_save(state, path_out)
+    logger.info(f"wrote {path_out}: {report['flags']}")
+    return report
+
