@@ -77,6 +77,9 @@ def shared_base_architecture(args):
         set_default(args, f"{stack}_share_scope", "all")
         if not hasattr(args, f"{stack}_unique_layers"):
             setattr(args, f"{stack}_unique_layers", None)
+        set_default(args, f"{stack}_share_lora_rank", 0)  # relaxed sharing off
+        set_default(args, f"{stack}_untie_norms", False)
+        set_default(args, f"{stack}_untie_biases", False)
     san_base_defaults(args)
     base_architecture(args)
 

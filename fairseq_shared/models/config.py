@@ -2,7 +2,9 @@
 
 ``fairseq-train --arch shared_transformer`` (and every registered architecture) takes the
 flags :func:`add_args` adds: ``--{encoder,decoder}-share-strategy/-unique-layers/-share-scope``
-(:mod:`fairseq_shared.sharing`) and ``--san-{self,cross,encoder}-policy``,
+(:mod:`fairseq_shared.sharing`), the relaxed-sharing flags
+``--{encoder,decoder}-share-lora-rank/-untie-norms/-untie-biases``
+(:mod:`fairseq_shared.modules.lora`) and ``--san-{self,cross,encoder}-policy``,
 ``--san-cross-reuse`` (:mod:`fairseq_shared.san`). :func:`model_config` checks every rule
 once, before the model is built, and returns a :class:`ModelConfig`; every error is a
 ``ValueError`` (:class:`~fairseq_shared.sharing.SharingConfigError` or
@@ -41,6 +43,11 @@ class StackSharing:
     scope: str
     full_assignment: Optional[List[int]] = None  # before pruning; None: nothing pruned
     kept: Optional[Tuple[int, ...]] = None  # original positions of the built layers
+    # relaxed sharing: each position of a tied set gets its own rank-R delta on every tied
+    # Linear weight, and with the switches its own LayerNorms / biases of tied Linears
+    lora_rank: int = 0
+    untie_norms: bool = False
+    untie_biases: bool = False
 
     @classmethod
     def from_args(cls, args, stack: str) -> "StackSharing":
@@ -52,9 +59,10 @@ class StackSharing:
             stack=stack,
         )
         scope = validate_scope(getattr(args, f"{stack}_share_scope", "all") or "all", stack)
+        relaxation = relaxation_from_args(args, stack, assignment, scope)
         keep = getattr(args, f"{stack}_layers_to_keep", None)
         if not keep:
-            return cls(stack=stack, assignment=assignment, scope=scope)
+            return cls(stack=stack, assignment=assignment, scope=scope, **relaxation)
         try:
             items = keep if isinstance(keep, (list, tuple)) else str(keep).split(",")
             kept = tuple(sorted(int(i) for i in items))
@@ -63,10 +71,31 @@ class StackSharing:
                 f"--{stack}-layers-to-keep: '{keep}' is not a comma-separated list of layer "
                 "indices such as 0,2,4"
             ) from None
-        return cls(stack, restrict(assignment, kept, stack), scope, assignment, kept)
+        pruned = restrict(assignment, kept, stack)
+        if max(pruned) + 1 == len(pruned):  # the kept positions tie nothing: nothing to relax
+            relaxation = dict(RIGID)
+        return cls(stack, pruned, scope, assignment, kept, **relaxation)
 
     def describe(self) -> str:
-        return describe(self.assignment, self.scope)
+        return describe(self.assignment, self.scope) + describe_relaxation(
+            self.lora_rank, self.untie_norms, self.untie_biases
+        )
+
+    @property
+    def relaxed(self) -> bool:
+        return bool(self.lora_rank or self.untie_norms or self.untie_biases)
+
+    def pruned_args(self) -> Dict[str, object]:
+        """The flags that rebuild the built (pruned) stack as it is: its map as a pattern and
+        its relaxation (none when the kept positions tie nothing: loading merges their
+        deltas into their own weights)."""
+        return {
+            f"{self.stack}_share_strategy": self.pruned_pattern(),
+            f"{self.stack}_unique_layers": None,
+            f"{self.stack}_share_lora_rank": self.lora_rank,
+            f"{self.stack}_untie_norms": self.untie_norms,
+            f"{self.stack}_untie_biases": self.untie_biases,
+        }
 
     def pruned_pattern(self) -> str:
         """The built (pruned) stack as a ``--{stack}-share-strategy`` pattern."""
@@ -105,12 +134,87 @@ def add_sharing_args(parser) -> None:
             "attn (Q/K/V/output projections only; each layer keeps its own FFN), or ffn "
             f"(FFN only). Allowed: {', '.join(SCOPES)}",
         )
+        parser.add_argument(
+            f"--{stack}-share-lora-rank",
+            type=int,
+            metavar="R",
+            help=f"relaxed sharing (Bae et al. 2025): every {stack} layer whose parameter set "
+            "is used by more than one layer gets its own rank-R delta B A on each tied Linear "
+            "weight, W = W_set + B A (B starts at zero: the model starts rigidly tied). "
+            "0 (default): off. Needs a sharing strategy that ties layers",
+        )
+        parser.add_argument(
+            f"--{stack}-untie-norms",
+            action="store_true",
+            help=f"each {stack} layer keeps its own LayerNorms even when --{stack}-share-scope "
+            "ties them (scope all; attn and ffn tie no LayerNorms anyway)",
+        )
+        parser.add_argument(
+            f"--{stack}-untie-biases",
+            action="store_true",
+            help=f"each {stack} layer keeps its own biases of the tied Linears "
+            "(EdgeFormer-style per-layer bias)",
+        )
+
+
+#: The relaxation fields of :class:`StackSharing` when sharing is rigid (flags off).
+RIGID = {"lora_rank": 0, "untie_norms": False, "untie_biases": False}
+
+
+def describe_relaxation(lora_rank: int, untie_norms: bool, untie_biases: bool) -> str:
+    """``", LoRA rank 4, untied norms"``; empty when sharing is rigid."""
+    parts = [f"LoRA rank {lora_rank}"] if lora_rank else []
+    parts += ["untied norms"] if untie_norms else []
+    parts += ["untied biases"] if untie_biases else []
+    return "".join(f", {p}" for p in parts)
+
+
+def _lora_rank(value, flag: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str) and value.strip().isdigit():  # --model-overrides pass strings
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SharingConfigError(f"{flag}: '{value}' is not a rank; allowed: an integer >= 0 (0: off)")
+    return value
+
+
+def _switch(value, flag: str) -> bool:
+    if value in (None, False, "", "false", "False", "0"):  # also 0
+        return False
+    if value in (True, "true", "True", "1"):  # also 1
+        return True
+    raise SharingConfigError(f"{flag}: '{value}' is not a switch; allowed: true or false")
+
+
+def relaxation_from_args(args, stack: str, assignment: List[int], scope: str) -> Dict:
+    """Validate the relaxed-sharing flags of one stack (``assignment``: before pruning)."""
+    rank_flag = f"--{stack}-share-lora-rank"
+    relaxation = {
+        "lora_rank": _lora_rank(getattr(args, f"{stack}_share_lora_rank", None), rank_flag),
+        **{
+            name: _switch(getattr(args, f"{stack}_{name}", None), f"--{stack}-{name.replace('_', '-')}")
+            for name in ("untie_norms", "untie_biases")
+        },
+    }
+    ties_nothing = max(assignment) + 1 == len(assignment)
+    flags = {"lora_rank": f"{rank_flag} {relaxation['lora_rank']}",
+             "untie_norms": f"--{stack}-untie-norms", "untie_biases": f"--{stack}-untie-biases"}
+    for name, flag in flags.items():
+        if relaxation[name] and ties_nothing:
+            allowed = "0 (off)" if name == "lora_rank" else "leave it off"
+            raise SharingConfigError(
+                f"{flag}: the {stack} ties no parameters ({describe(assignment, scope)}), so "
+                f"there is nothing to relax; allowed: {allowed}, or a --{stack}-share-strategy "
+                "that ties layers (sequence, cycle, cycle_rev, universal, or a pattern that "
+                "repeats a set)"
+            )
+    return relaxation
 
 
 def sharing_plan(args) -> Dict[str, StackSharing]:
     """Validate the sharing flags of ``args`` and return the plan for both stacks."""
     return {stack: StackSharing.from_args(args, stack) for stack in STACKS}
-
 
 
 # ---------------------------------------------------------------------------- SAN

@@ -6,22 +6,41 @@
 :class:`~fairseq_shared.models.shared_lm.SharedTransformerLanguageModel`) and makes its
 checkpoints store each tied tensor once.
 
+Relaxed sharing (``--{stack}-share-lora-rank``, ``--{stack}-untie-norms``,
+``--{stack}-untie-biases``; :mod:`fairseq_shared.modules.lora`) is applied here too, after the
+ties: any model that uses the mixin gets it.
+
 A state dict also records each stack's layer-to-set map and scope
-(``{stack}.sharing_map_version``, ``{stack}.sharing_scope_version``), so that loading a state
-saved under another sharing configuration (``--restore-file``, ``--finetune-from-model``,
-``--model-overrides``) either reproduces the saved model exactly or stops with an error naming
-both configurations. LayerDrop pruning (``--{stack}-layers-to-keep``) keeps each kept
-position's set.
+(``{stack}.sharing_map_version``, ``{stack}.sharing_scope_version``) and, when sharing is
+relaxed, ``{stack}.sharing_relaxation_version`` = ``[R, untie_norms, untie_biases]`` (absent:
+rigid), so that loading a state saved under another sharing configuration
+(``--restore-file``, ``--finetune-from-model``, ``--model-overrides``) either reproduces the
+saved model exactly or stops with an error naming both configurations. LayerDrop pruning
+(``--{stack}-layers-to-keep``) keeps each kept position's set and delta.
 """
 
 import contextlib
+import dataclasses
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Mapping, Optional, Set
 
 import torch
 
-from fairseq_shared.models.config import STACKS, StackSharing
-from fairseq_shared.modules.tying import tie_layers, unique_parameter_count
+from fairseq_shared.models.config import STACKS, StackSharing, describe_relaxation
+from fairseq_shared.modules.lora import (
+    add_low_rank_deltas,
+    is_delta,
+    logical_name,
+    merged_state,
+    position_state,
+)
+from fairseq_shared.modules.tying import (
+    LINEAR_BIAS,
+    NORM,
+    parameter_kind,
+    tie_layers,
+    unique_parameter_count,
+)
 from fairseq_shared.sharing import SCOPES, SharingMismatchError, describe, format_assignment, in_scope
 
 logger = logging.getLogger(__name__)
@@ -39,7 +58,9 @@ class SharedStacksMixin:
             self.tied_aliases, self.sharing = {}, {}
         for stack, sharing in plan.items():
             layers = getattr(self, stack).layers
-            aliases = tie_layers(layers, sharing.assignment, sharing.scope)
+            aliases = tie_layers(layers, sharing.assignment, sharing.scope, untied_kinds(sharing))
+            if sharing.lora_rank:
+                aliases = add_low_rank_deltas(layers, aliases, sharing.lora_rank)
             self.tied_aliases.update(
                 {f"{stack}.layers.{a}": f"{stack}.layers.{o}" for a, o in aliases.items()}
             )
@@ -47,6 +68,7 @@ class SharedStacksMixin:
             logger.info(
                 f"{stack}: {len(sharing.assignment)} layers over {sharing.num_sets} parameter "
                 f"sets, scope={sharing.scope}, layer->set: {format_assignment(sharing.assignment)}"
+                + describe_relaxation(sharing.lora_rank, sharing.untie_norms, sharing.untie_biases)
             )
         logger.info(f"unique parameters: {unique_parameter_count(self):,}")
 
@@ -62,18 +84,20 @@ class SharedStacksMixin:
         return state
 
     def full_state_dict(self) -> Dict[str, torch.Tensor]:
-        """Every parameter under every name (tied names share one tensor), no markers:
-        the state dict of the equivalent unshared fairseq model."""
-        return super().state_dict()
+        """Every parameter under every name (tied names share one tensor; each relaxed
+        weight merged, ``W_set + B A``, under its plain name), no markers: the state dict of
+        the equivalent unshared fairseq model."""
+        return merged_state(super().state_dict())
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         state = dict(state_dict)
-        expected = set(self.full_state_dict())
+        current = super().state_dict()  # every name, as the modules hold them
         saved = {}
         for stack, sharing in self.sharing.items():
-            state, saved[stack] = to_model_layout(state, sharing, expected, warn=strict)
+            kinds = parameter_kinds(getattr(self, stack).layers)
+            state, saved[stack] = to_model_layout(state, sharing, current, strict, kinds)
         configs = {
-            stack: f"the {stack} was saved as {describe(*saved[stack])} and this model's "
+            stack: f"the {stack} was saved as {saved[stack].describe()} and this model's "
             f"{stack} is {sharing.describe()}{_pruned_note(sharing)}"
             for stack, sharing in self.sharing.items()
         }
@@ -87,23 +111,56 @@ class SharedStacksMixin:
 # "version" in the names: fairseq's EMA (--ema-*, --store-ema) averages every state-dict
 # entry except those whose key contains "version" (as encoder.version); these must not move.
 MARKER_MAP, MARKER_SCOPE = "sharing_map_version", "sharing_scope_version"
+MARKER_RELAXATION = "sharing_relaxation_version"  # [R, untie_norms, untie_biases]; absent: rigid
 
 
 def sharing_markers(sharing: StackSharing, prefix: str = "") -> Dict[str, torch.Tensor]:
-    """The two small tensors a state dict carries per stack: set of each layer, scope."""
-    return {
+    """The small tensors a state dict carries per stack: set of each layer, scope, and the
+    relaxation when there is one."""
+    markers = {
         f"{prefix}{sharing.stack}.{MARKER_MAP}": torch.tensor(sharing.assignment),
         f"{prefix}{sharing.stack}.{MARKER_SCOPE}": torch.tensor(SCOPES.index(sharing.scope)),
     }
+    if sharing.relaxed:
+        markers[f"{prefix}{sharing.stack}.{MARKER_RELAXATION}"] = torch.tensor(
+            [sharing.lora_rank, int(sharing.untie_norms), int(sharing.untie_biases)]
+        )
+    return markers
 
 
-def pop_markers(state: Dict, stack: str) -> Optional[Tuple[List[int], str]]:
-    """``(assignment, scope)`` recorded in ``state`` for ``stack`` (removed), or None."""
+def pop_markers(state: Dict, stack: str) -> Optional[StackSharing]:
+    """The configuration recorded in ``state`` for ``stack`` (markers removed), or None."""
     assignment = state.pop(f"{stack}.{MARKER_MAP}", None)
     scope = state.pop(f"{stack}.{MARKER_SCOPE}", None)
+    relaxation = state.pop(f"{stack}.{MARKER_RELAXATION}", None)
     if assignment is None:
         return None
-    return [int(s) for s in assignment.tolist()], SCOPES[int(scope)]
+    rank, untie_norms, untie_biases = relaxation.tolist() if relaxation is not None else (0, 0, 0)
+    return StackSharing(
+        stack, [int(s) for s in assignment.tolist()], SCOPES[int(scope)],
+        lora_rank=int(rank), untie_norms=bool(untie_norms), untie_biases=bool(untie_biases),
+    )
+
+
+def untied_kinds(sharing: StackSharing) -> Set[str]:
+    """The kinds of parameters (:mod:`~fairseq_shared.modules.tying`) kept per position."""
+    return {kind for kind, on in ((NORM, sharing.untie_norms), (LINEAR_BIAS, sharing.untie_biases)) if on}
+
+
+def parameter_kinds(layers) -> Dict[str, str]:
+    """``{layer-relative name: kind}`` over the parameters of ``layers``."""
+    return {
+        name: parameter_kind(layer, name)
+        for layer in layers for name, _ in layer.named_parameters(remove_duplicate=False)
+    }
+
+
+def _tied_in(source: StackSharing, kinds: Mapping[str, str]) -> Callable[[str], bool]:
+    """Whether ``source`` ties the (layer-relative) state-dict name across a set."""
+    untie = untied_kinds(source)
+    return lambda name: not is_delta(name) and in_scope(logical_name(name), source.scope) and (
+        kinds.get(name) not in untie
+    )
 
 
 def _split_layers(state: Dict, prefix: str):
@@ -119,18 +176,28 @@ def _split_layers(state: Dict, prefix: str):
     return layers, rest
 
 
-def to_model_layout(state: Dict, sharing: StackSharing, expected=None, warn: bool = True):
+def to_model_layout(
+    state: Dict,
+    sharing: StackSharing,
+    expected: Optional[Mapping[str, torch.Tensor]] = None,
+    warn: bool = True,
+    kinds: Optional[Mapping[str, str]] = None,
+):
     """Re-express one stack's layer keys of ``state`` in the layout of ``sharing``.
 
-    Returns ``(state, (saved assignment, saved scope))``. The state's own map (its markers;
-    a state without them is taken to be saved under this configuration, with a warning) says
-    where each saved layer's tied tensors are stored. Every layer of the model gets the
-    tensors of the saved layer at its position (the kept position under LayerDrop pruning):
-    what the saved model computed there. ``expected`` (the model's full keys) limits the
-    names filled in from a set's stored tensors to those the model's layer has (SAN
-    followers have no Q/K). Whether the model's own ties agree with those values is checked
-    by :func:`expand_tied_state`. ``warn=False`` (non-strict, partial loads such as fairseq's
-    EMA updates) skips the warning about a state without markers.
+    Returns ``(state, saved)``, ``saved`` the :class:`StackSharing` the state records (its
+    markers; a state without them is taken to be saved under this configuration, with a
+    warning), which says where each saved layer's tied tensors are stored. Every layer of
+    the model gets the tensors of the saved layer at its position (the kept position under
+    LayerDrop pruning): what the saved model computed there, in the model's layout
+    (:func:`~fairseq_shared.modules.lora.position_state`: relaxed weights merged, or split
+    into ``W_set`` and a zero delta, where the two layouts differ). ``expected`` (the model's
+    full state, every name) gives that layout, limits the names filled in from a set's stored
+    tensors to those the model's layer has (SAN followers have no Q/K) and gives the model's
+    own ``A`` of a zero delta; ``kinds`` (:func:`parameter_kinds`) tells which names the
+    saved relaxation kept per position. Whether the model's own ties agree with the values
+    is checked by :func:`expand_tied_state`. ``warn=False`` (non-strict, partial loads such
+    as fairseq's EMA updates) skips the warning about a state without markers.
     """
     stack = sharing.stack
     source = pop_markers(state, stack)
@@ -142,30 +209,33 @@ def to_model_layout(state: Dict, sharing: StackSharing, expected=None, warn: boo
             f"recorded one); loading it as saved under this model's {describe(full, sharing.scope)}"
         )
     if source is None:
-        source = (full, sharing.scope)
-    saved, saved_scope = source
+        source = dataclasses.replace(sharing, assignment=full, full_assignment=None, kept=None)
+    saved = source.assignment
     if len(saved) == len(sharing.assignment):  # saved at this depth (already pruned, or none)
         positions = list(range(len(saved)))
     elif len(saved) != len(full):
         raise SharingMismatchError(
-            f"cannot load {stack} parameters saved as {describe(saved, saved_scope)} "
+            f"cannot load {stack} parameters saved as {source.describe()} "
             f"({len(saved)} layers) into this model's {stack}, {sharing.describe()} "
             f"({len(sharing.assignment)} layers{_pruned_note(sharing)})"
         )
     prefix = f"{stack}.layers."
     layers, out = _split_layers(state, prefix)
+    tied = _tied_in(source, kinds or {})
     for target, position in enumerate(positions):
-        own = dict(layers.get(position, {}))
+        own = layers.get(position, {})
+        layer = dict(own)
         for other, names in sorted(layers.items()):  # what its saved set stores elsewhere
             if other == position or other >= len(saved) or saved[other] != saved[position]:
                 continue
-            for name, value in names.items():
-                key = f"{prefix}{target}.{name}"
-                if name not in own and in_scope(name, saved_scope) and (
-                    expected is None or key in expected
-                ):
-                    own[name] = value
-        out.update({f"{prefix}{target}.{name}": value for name, value in own.items()})
+            layer.update({n: v for n, v in names.items() if n not in layer and tied(n)})
+        if expected is not None:
+            model_prefix = f"{prefix}{target}."
+            model_layer = {
+                k[len(model_prefix):]: v for k, v in expected.items() if k.startswith(model_prefix)
+            }
+            layer = position_state(layer, own, model_layer)
+        out.update({f"{prefix}{target}.{name}": value for name, value in layer.items()})
     return out, source
 
 

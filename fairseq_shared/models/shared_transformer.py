@@ -48,8 +48,8 @@ class SharedTransformerModel(SharedStacksMixin, TransformerModel):
         for stack, sharing in plan.items():
             if sharing.kept is not None:  # fairseq set --{stack}-layers to the kept count;
                 # record the kept map too, so that a saved pruned model rebuilds as it was
-                setattr(args, f"{stack}_share_strategy", sharing.pruned_pattern())
-                setattr(args, f"{stack}_unique_layers", None)
+                for name, value in sharing.pruned_args().items():
+                    setattr(args, name, value)
         return model
 
     # ---- attention-weight sharing (SAN) ---------------------------------------------
