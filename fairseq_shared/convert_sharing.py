@@ -4,16 +4,22 @@
 The input is a fairseq ``transformer`` checkpoint or a fairseq-shared ``shared_transformer``
 one (any map: it is first expanded to per-position weights with the model's
 ``full_state_dict()``). The output model is ``shared_transformer`` with the new sharing
-flags; flags not given keep the input's values (a vanilla input has none: no sharing), except
-``--{stack}-unique-layers``, which goes with ``--{stack}-share-strategy`` when that is given.
-The arch becomes ``shared_transformer``: a family name such as ``transformer_cycle_rev``
-would misdescribe a model converted to another map, and every size flag is already explicit
-in the saved configuration.
+flags. A stack whose ``--{stack}-share-strategy`` is given takes all its sharing flags from the
+command line (unset: M none, scope ``all``, no relaxation); another stack keeps the input's
+(a vanilla input has none: no sharing) except for the flags given. The arch becomes
+``shared_transformer``: a family name such as ``transformer_cycle_rev`` would misdescribe a
+model converted to another map, and every size flag is already explicit in the saved
+configuration.
 
 Each parameter the new model ties across positions becomes the mean of those positions'
-weights (:mod:`fairseq_shared.conversion`); every other parameter keeps its position's
-weight. The values are written through the built target model (its own state dict and
-``load_state_dict``, so the checkpoint is one that model wrote). The report gives, per stack
+weights; every other parameter (including LayerNorms and biases that
+``--{stack}-untie-norms/-biases`` keep per position) keeps its position's weight. With
+``--{stack}-share-lora-rank R`` each position's delta ``B A`` on a tied Linear weight starts
+as the best rank-R approximation of its residual ``W_pos - W_set``, from the truncated SVD
+(:mod:`fairseq_shared.conversion`); at R = d with untied norms and biases the converted model
+computes what the input did, up to float rounding. The values are written through the built
+target model (its own state dict and ``load_state_dict``, so the checkpoint is one that
+model wrote). The report gives, per stack
 and position, the relative Frobenius residual ``||W_pos - W'_pos|| / ||W_pos||`` over the
 parameters the scope ties, against the set mean (``before``) and against what the converted
 model computes with at that position (``after``).
@@ -31,14 +37,19 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_shared.conversion import position_residuals
+from fairseq_shared.conversion import lora_factors, position_residuals
 from fairseq_shared.models.config import STACKS, model_config
+from fairseq_shared.modules.lora import DELTA_A, DELTA_B, ORIGINAL, is_delta, logical_name
 from fairseq_shared.sharing import format_assignment, in_scope
 
 logger = logging.getLogger("fairseq_shared.convert_sharing")
 
 #: Per-stack model attributes a conversion may set (``{stack}_{name}``).
-SHARING_ATTRS = ("share_strategy", "unique_layers", "share_scope")
+SHARING_ATTRS = ("share_strategy", "unique_layers", "share_scope", "share_lora_rank",
+                 "untie_norms", "untie_biases")
+#: What a stack's sharing is when its --{stack}-share-strategy is given (all else from flags).
+FRESH = {"unique_layers": None, "share_scope": "all", "share_lora_rank": 0,
+         "untie_norms": False, "untie_biases": False}
 TARGET_ARCH = "shared_transformer"
 ACCEPTED_MODELS = ("transformer", "shared_transformer")
 
@@ -62,16 +73,13 @@ def target_args(model_args, changes: Dict[str, object]):
     args = copy.deepcopy(model_args)
     args.arch = args._name = TARGET_ARCH
     for stack in STACKS:
-        if changes.get(f"{stack}_share_strategy") is not None:
-            setattr(args, f"{stack}_unique_layers", None)  # M belongs to the old strategy
+        fresh = changes.get(f"{stack}_share_strategy") is not None  # a new map: M, scope and
+        for attr, default in (("share_strategy", "none"), *FRESH.items()):  # relaxation too
+            if fresh or getattr(args, f"{stack}_{attr}", None) is None:
+                setattr(args, f"{stack}_{attr}", default)
     for name, value in changes.items():
         if value is not None:
             setattr(args, name, value)
-    for stack in STACKS:  # an input without sharing flags (fairseq's transformer)
-        for attr, default in (("share_strategy", "none"), ("share_scope", "all"),
-                              ("unique_layers", None)):
-            if getattr(args, f"{stack}_{attr}", None) is None:
-                setattr(args, f"{stack}_{attr}", default)
     model_config(args)  # SharingConfigError naming the flag and the allowed values
     return args
 
@@ -127,27 +135,47 @@ def _tied_groups(model) -> Dict[str, List[str]]:
     return {name: names for names in by_tensor.values() for name in names}
 
 
+def _is_marker(key: str) -> bool:
+    return ".sharing_" in key and key.endswith("_version")
+
+
 def shared_values(new_model, old_full: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """``new_model.state_dict()``'s entries filled from the per-position ``old_full``: a
-    tensor tied to several names gets the mean of the old values under those names."""
+    """``new_model.state_dict()``'s entries filled from the per-position ``old_full``.
+
+    A tensor tied to several names gets the mean of the old values under those names (their
+    logical names: ``fc1.parametrizations.weight.original`` is ``fc1.weight``). A position's
+    low-rank delta (``lora_A``, ``lora_B``) gets the SVD factors of its residual, its old
+    weight minus its set's mean, at the model's rank.
+    """
     groups = _tied_groups(new_model)
-    out = {}
-    for key, current in new_model.state_dict().items():
-        names = groups.get(key, [key])
-        if not all(n in old_full for n in names):
-            if key.endswith(("sharing_map_version", "sharing_scope_version")):
-                out[key] = current  # the new model's own map
-                continue
-            missing = [n for n in names if n not in old_full]
+    state = new_model.state_dict()
+
+    def converted(key: str) -> torch.Tensor:
+        names = [logical_name(n) for n in groups.get(key, [key])]
+        missing = [n for n in names if n not in old_full]
+        if missing:
             raise ConversionError(f"the input model has no '{missing[0]}' to convert from")
         values = [old_full[n] for n in names]
+        current = state.get(key, values[0])
         if any(v.shape != current.shape for v in values):
             raise ConversionError(f"'{key}': shape {tuple(values[0].shape)} in the input, "
                                   f"{tuple(current.shape)} in the converted model")
         if all(torch.equal(v, values[0]) for v in values[1:]):  # already tied: exact
-            out[key] = values[0]
-        else:
-            out[key] = torch.stack([v.double() for v in values]).mean(0).to(current.dtype)
+            return values[0]
+        return torch.stack([v.double() for v in values]).mean(0).to(current.dtype)
+
+    out = {}
+    for key, current in state.items():
+        if _is_marker(key):
+            out[key] = current  # the new model's own map
+        elif not is_delta(key):
+            out[key] = converted(key)
+        elif key.endswith(DELTA_A):
+            base = key[: -len(DELTA_A)]
+            shared = converted(base + ORIGINAL)
+            residual = old_full[logical_name(key)] - shared
+            b, a = lora_factors(residual, rank=current.size(0))
+            out[key], out[base + DELTA_B] = a.to(current.dtype), b.to(current.dtype)
     return out
 
 
@@ -202,8 +230,11 @@ def flag_line(args) -> str:
     for stack in STACKS:
         for attr in SHARING_ATTRS:
             value = getattr(args, f"{stack}_{attr}", None)
-            if value is not None:
-                parts += [f"--{stack}-{attr.replace('_', '-')}", str(value)]
+            flag = f"--{stack}-{attr.replace('_', '-')}"
+            if value is True:
+                parts.append(flag)
+            elif value not in (None, False, 0) or attr == "share_strategy":
+                parts += [flag, str(value)]
     return " ".join(parts)
 
 

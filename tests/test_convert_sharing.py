@@ -190,6 +190,8 @@ def test_a_shared_checkpoint_converts_to_another_map_from_per_position_weights(
      "'cyclic'; allowed: none, sequence"),
     (["--decoder-share-scope", "ffn_only"], "--decoder-share-scope: unknown scope 'ffn_only'; "
      "allowed: all, attn, ffn"),
+    (["--encoder-share-lora-rank", "4"], "--encoder-share-lora-rank 4: the encoder ties no "
+     "parameters"),
 ])
 def test_bad_flags_stop_naming_the_flag_and_the_allowed_values(
         flags, needle, vanilla_checkpoint, tmp_path, capsys):
@@ -229,3 +231,67 @@ def test_the_converted_checkpoint_decodes_and_fine_tunes_with_fairseq(
         "--max-tokens", "500", "--max-update", "1", "--cpu", "--num-workers", "0",
         "--save-dir", tmp_path / "ft", "--no-save", "--disable-validation")
     assert "loading pretrained model from" in trained and "done training" in trained
+
+
+# ---- relaxed sharing: per-position low-rank deltas from the SVD of the residual ----------------
+
+LORA_FULL = ["--encoder-share-strategy", "cycle_rev", "--encoder-unique-layers", "2",
+             "--decoder-share-strategy", "universal", "--encoder-share-lora-rank", "16",
+             "--decoder-share-lora-rank", "16", "--encoder-untie-norms", "--encoder-untie-biases",
+             "--decoder-untie-norms", "--decoder-untie-biases"]
+
+
+def test_full_rank_deltas_reproduce_the_original_translations(vanilla_checkpoint, tmp_path,
+                                                              tmp_path_factory, capsys):
+    """R = d = 16 with per-position norms and biases: every position's weight is
+    W_set + B A = W_pos up to float32 rounding, so beam search finds the same hypotheses."""
+    from helpers_model import beam_search
+
+    out = tmp_path / "relaxed.pt"
+    main([str(vanilla_checkpoint), str(out), *LORA_FULL])
+    printed = capsys.readouterr().out
+    assert "--encoder-share-lora-rank 16 --encoder-untie-norms --encoder-untie-biases" in printed
+    original, _, _ = _load(vanilla_checkpoint)
+    relaxed, cfg, saved = _load(out)
+    assert cfg.model.decoder_share_lora_rank == 16 and cfg.model.decoder_untie_norms is True
+    report = saved["extra_state"]["fairseq_shared_conversion"]["stacks"]
+    for stack in ("encoder", "decoder"):
+        for row in report[stack]["positions"]:
+            assert row["before"] > 0.3 and row["after"] < 1e-6
+    task = build_for_data(data_bin(tmp_path_factory), "transformer", FOUR)[1]
+    src, lengths, prev = random_batch(task, bsz=4, src_len=8, seed=3)
+    original.eval(), relaxed.eval()
+    with torch.no_grad():
+        a = original.get_normalized_probs(original(src, lengths, prev), log_probs=True)
+        b = relaxed.get_normalized_probs(relaxed(src, lengths, prev), log_probs=True)
+    torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+    for hyps_a, hyps_b in zip(beam_search(original, task, src, lengths, True),
+                              beam_search(relaxed, task, src, lengths, True)):
+        for x, y in zip(hyps_a, hyps_b):
+            assert torch.equal(x["tokens"], y["tokens"])
+            torch.testing.assert_close(x["score"], y["score"], rtol=0, atol=1e-5)
+    # a relaxed checkpoint converts on from its merged per-position weights
+    plain = tmp_path / "plain.pt"
+    convert_checkpoint(str(out), str(plain), {"encoder_share_strategy": "none",
+                                              "decoder_share_strategy": "none"})
+    back, _, _ = _load(plain)
+    for name, value in original.state_dict().items():
+        torch.testing.assert_close(back.state_dict()[name], value, rtol=0, atol=1e-6)
+
+
+def test_low_rank_deltas_are_the_best_rank_r_part_of_each_residual(vanilla_checkpoint, tmp_path):
+    out = tmp_path / "rank2.pt"
+    report = convert_checkpoint(str(vanilla_checkpoint), str(out), {
+        "decoder_share_strategy": "cycle", "decoder_unique_layers": 2,
+        "decoder_share_lora_rank": 2})
+    original, _, _ = _load(vanilla_checkpoint)
+    relaxed, _, _ = _load(out)
+    merged = relaxed.full_state_dict()
+    name = "decoder.layers.{}.self_attn.v_proj.weight"
+    w1, w3 = (original.state_dict()[name.format(i)] for i in (1, 3))  # set 2 of 1 2 1 2
+    residual = (w1 - (w1 + w3) / 2).double()
+    error = torch.linalg.matrix_norm(residual - (merged[name.format(1)] - (w1 + w3) / 2).double())
+    tail = torch.linalg.svdvals(residual)[2:].norm()
+    assert float(error) == pytest.approx(float(tail), rel=1e-4)
+    for row in report["stacks"]["decoder"]["positions"]:
+        assert 0 < row["after"] < row["before"]  # biases and norms stay averaged

@@ -2,12 +2,15 @@
 
     python -m fairseq_shared.cli.convert_sharing IN.pt OUT.pt \\
         [--encoder-share-strategy S] [--encoder-unique-layers M] [--encoder-share-scope C] \\
-        [--decoder-share-strategy S] [--decoder-unique-layers M] [--decoder-share-scope C] \\
-        [--data DATA_BIN] [--report REPORT.json]
+        [--encoder-share-lora-rank R] [--encoder-untie-norms] [--encoder-untie-biases] \\
+        [--decoder-...] [--data DATA_BIN] [--report REPORT.json]
 
-The sharing flags are the model's own (``fairseq-train --arch shared_transformer``); flags
-not given keep the input's values. Prints, per stack and layer position, how far the layer's
-weights are from what replaces them, and the flags to fine-tune OUT.pt with.
+The sharing flags are the model's own (``fairseq-train --arch shared_transformer``); a stack
+whose strategy is not given keeps the input's flags except those given. With a LoRA rank R
+each position of a tied set starts with the best rank-R approximation of what it loses
+(R = the model dimension, with --{stack}-untie-norms and --{stack}-untie-biases, reproduces
+the input model). Prints, per stack and layer position, how far the layer's weights are from
+what replaces them, and the flags to fine-tune OUT.pt with.
 
 What it does: :mod:`fairseq_shared.convert_sharing` (printed below by ``--help``).
 """
@@ -17,7 +20,7 @@ import json
 import logging
 
 from fairseq_shared import convert_sharing as library
-from fairseq_shared.models.config import add_sharing_args
+from fairseq_shared.models.config import STACKS, add_sharing_args
 from fairseq_shared.policy import PolicyError
 from fairseq_shared.sharing import SharingConfigError
 
@@ -28,6 +31,7 @@ def main(argv=None):
     p.add_argument("checkpoint_in", metavar="IN.pt")
     p.add_argument("checkpoint_out", metavar="OUT.pt")
     add_sharing_args(p)
+    p.set_defaults(**{f"{s}_untie_{k}": None for s in STACKS for k in ("norms", "biases")})
     p.add_argument("--data", help="data-bin directory, if it moved since training")
     p.add_argument("--report", metavar="JSON", help="also write the report here")
     a = p.parse_args(argv)
