@@ -121,7 +121,9 @@ def _layer_state(state: Dict[str, torch.Tensor], stack: str, num_layers: int):
     prefix = f"{stack}.layers."
     layers: List[Dict[str, torch.Tensor]] = [{} for _ in range(num_layers)]
     for key, value in state.items():
-        index, _, name = key[len(prefix):].partition(".") if key.startswith(prefix) else ("", "", "")
+        if not key.startswith(prefix):
+            continue
+        index, _, name = key[len(prefix):].partition(".")
         if index.isdigit() and name:
             layers[int(index)][name] = value
     return layers

@@ -8,7 +8,7 @@ Per stack, the similarity of every pair of layers is one of two measures
   the source tokens, decoder layers with teacher forcing on the references, pad positions
   left out (:func:`collect_outputs`, through fairseq's own ``return_all_hiddens`` /
   ``inner_states``; no hooks).
-- ``weights``: cosine of the layers' flattened parameters (no data needed).
+- ``weights``: cosine of the layers' flattened parameters (reads no held-out data).
 
 Why CKA by default: it compares what layers compute, not how their parameters happen to be
 written. Weights of a model trained from independent random initialisations stay close to

@@ -91,9 +91,9 @@ def test_partition_score_is_n_minus_the_scatter_around_group_means():
     vecs = [v / v.norm() for v in torch.randn(5, 3, generator=g, dtype=torch.float64)]
     sim = ls.cosine_matrix(vecs)
     pattern = [0, 0, 1, 1, 1]
-    scatter = sum(float((vecs[i] - torch.stack([vecs[j] for j in range(5)
-                                                  if pattern[j] == pattern[i]]).mean(0)).pow(2).sum())
-                  for i in range(5))
+    means = [torch.stack([v for v, p in zip(vecs, pattern) if p == pattern[i]]).mean(0)
+             for i in range(5)]
+    scatter = sum(float((vecs[i] - means[i]).pow(2).sum()) for i in range(5))
     assert ls.partition_score(sim, pattern) == pytest.approx(5 - scatter, abs=1e-12)
 
 
@@ -204,7 +204,8 @@ def test_cka_recovers_layers_that_repeat_the_representation_below(tmp_path_facto
 def test_command_learns_the_constructed_patterns_end_to_end(tmp_path, tmp_path_factory):
     data = data_bin(tmp_path_factory)
     args, _, model = build_for_data(data, "shared_transformer", SIX + PRE_LN, seed=3)
-    path = save_checkpoint(tmp_path / "identity.pt", args, identity_after_each_computing_layer(model))
+    identity_after_each_computing_layer(model)
+    path = save_checkpoint(tmp_path / "identity.pt", args, model)
     out = tmp_path / "cka"
     main([str(path), "--data", str(data), "--sets", "3", "--out-dir", str(out)])
     record = json.loads((out / "sharing.json").read_text())
@@ -215,9 +216,11 @@ def test_command_learns_the_constructed_patterns_end_to_end(tmp_path, tmp_path_f
     assert record["stacks"]["encoder"]["tokens"] > 16  # the valid split's tokens
     assert record["stacks"]["decoder"]["patterns"]["clustered"] == "1,1,2,2,3,3"
 
-    # weights: copies in a non-adjacent pattern, found by clustering (no data needed)
-    args, _, model = build_for_data(data, "shared_transformer", SIX, seed=5)
-    path = save_checkpoint(tmp_path / "copies.pt", args, copies_in_pattern(model, [0, 1, 0, 2, 1, 2]))
+    # weights: copies in a non-adjacent pattern in fairseq's own transformer, found by
+    # clustering (no held-out data read)
+    args, _, model = build_for_data(data, "transformer", SIX, seed=5)
+    copies_in_pattern(model, [0, 1, 0, 2, 1, 2])
+    path = save_checkpoint(tmp_path / "copies.pt", args, model)
     out = tmp_path / "weights"
     main([str(path), "--measure", "weights", "--grouping", "clustered", "--threshold", "0.999",
           "--out-dir", str(out)])

@@ -1,8 +1,8 @@
 """Propose a layer-to-set sharing pattern from how alike a trained model's layers are.
 
-    python -m fairseq_shared.cli.learn_sharing CHECKPOINT --data DATA_BIN (--sets M | --threshold T) \\
-        [--measure cka|weights] [--grouping adjacent|clustered] [--subset valid] \\
-        [--max-sentences 400] [--out-dir DIR]
+    python -m fairseq_shared.cli.learn_sharing CHECKPOINT --data DATA_BIN \\
+        (--sets M | --threshold T) [--measure cka|weights] [--grouping adjacent|clustered] \\
+        [--subset valid] [--max-sentences 400] [--out-dir DIR]
 
 Prints the flags (``--encoder-share-strategy 1,1,2,2,3,3 --decoder-share-strategy ...``) to
 train with or to convert the checkpoint with (``python -m fairseq_shared.cli.convert_sharing
@@ -39,7 +39,8 @@ def main(argv=None):
     p.add_argument("--max-tokens", type=int, default=4000, help="batch size in tokens")
     p.add_argument("--out-dir", default="learn_sharing")
     a = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         record = library.learn_sharing(a.checkpoint, a.out_dir, a.data, a.sets, a.threshold,
