@@ -6,6 +6,7 @@ import os
 from typing import Dict, Optional
 
 from fairseq_shared.export import ct2 as ct2_lib
+from fairseq_shared.export import lm as lm_lib
 from fairseq_shared.export.plain import ExportError, load_shared, plain_checkpoint, write_plain
 from fairseq_shared.export.verify import compare, ct2_hypotheses, fairseq_hypotheses
 
@@ -15,15 +16,18 @@ logger = logging.getLogger(__name__)
 def load_plain(path: str, data: str):
     """Load the exported checkpoint the way stock fairseq does (strict, weights-only)."""
     from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+    from fairseq.models.transformer_lm import TransformerLanguageModel
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": data}
     )
     model = models[0].eval()
-    from fairseq.models.transformer import TransformerModel
-
-    if type(model) is not TransformerModel:
-        raise ExportError(f"{path} loads as {type(model).__name__}, not fairseq's TransformerModel")
+    if type(model) not in (TransformerModel, TransformerLanguageModel):
+        raise ExportError(
+            f"{path} loads as {type(model).__name__}, not fairseq's TransformerModel or "
+            "TransformerLanguageModel"
+        )
     return model, task
 
 
@@ -33,7 +37,10 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
            threads: int = 1) -> Dict:
     """Write ``out_dir/checkpoint.pt`` (+ dictionaries) and, with ``ct2``, ``out_dir/ct2``
     (float32) and ``out_dir/ct2_<quantization>``; verify on ``sentences`` sentences of
-    ``subset`` (0: skip). Returns the report (also ``out_dir/export.json``)."""
+    ``subset`` (0: skip): a translation model's hypotheses (beam search with ``beam``,
+    ``lenpen``, ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
+    (:func:`fairseq_shared.export.lm.verify`). Returns the report (also
+    ``out_dir/export.json``)."""
     from fairseq_shared.timing import select_ids
 
     if quantization and not ct2:
@@ -61,6 +68,10 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
         task.load_dataset(subset)
         dataset = task.dataset(subset)
         ids = select_ids(len(dataset), sentences).tolist()
+        if lm_lib.is_language_model(loaded.model):
+            report["verify"] = {"subset": subset, **lm_lib.verify(
+                loaded.model, plain_model, task, dataset, ids, ct2_dirs, threads)}
+            return _finish(report, out_dir)
         settings = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
         shared = fairseq_hypotheses(loaded.model, task, dataset, ids, **settings)
         plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
@@ -75,6 +86,11 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
             if name != "float32":
                 result["required"] = False  # quantized weights may change hypotheses
             report["verify"][f"ct2_{name}_vs_fairseq"] = result
+    return _finish(report, out_dir)
+
+
+def _finish(report: Dict, out_dir: str) -> Dict:
+    """``report["ok"]`` from its required checks; the report written to ``export.json``."""
     report["ok"] = all(
         v.get("ok", True) or v.get("required") is False
         for v in report.get("verify", {}).values() if isinstance(v, dict) and "ok" in v
@@ -86,7 +102,7 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
 
 def summary(report: Dict) -> str:
     """A few lines for the terminal."""
-    lines = [f"plain fairseq transformer: {report['plain_checkpoint']}"]
+    lines = [f"plain fairseq model: {report['plain_checkpoint']}"]
     lines += [f"  {stack}: {text}" for stack, text in report["sharing"].items()]
     for key, value in report.items():
         if key.startswith("ct2_"):
@@ -97,7 +113,9 @@ def summary(report: Dict) -> str:
                 f"({value['position_table_bytes']:,})"
             )
     for key, value in report.get("verify", {}).items():
-        if isinstance(value, dict) and "identical" in value:
+        if isinstance(value, dict) and "max_abs_diff" in value:
+            lines.append(lm_lib.summary_line(key, value))
+        elif isinstance(value, dict) and "identical" in value:
             lines.append(
                 f"verify {key}: {value['identical']}/{value['sentences']} identical, "
                 f"{value['ties']} exact score ties, {value['different']} different"

@@ -1,11 +1,11 @@
 """CTranslate2: conversion through its own fairseq converter, decoding, and size.
 
 CTranslate2's converter (``ctranslate2.converters.FairseqConverter``) accepts fairseq's
-``transformer`` model only and reads the configuration as attributes of ``checkpoint["args"]``
-(fairseq's legacy layout). It is handed the plain checkpoint in that layout, written to a
-temporary file; the ``argparse.Namespace`` in it loads under ``weights_only`` because
-``fairseq_shared.compat`` allows exactly that type. CTranslate2 aliases equal tensors when
-it saves, so ``model.bin`` stores each tied weight once.
+``transformer`` and ``transformer_lm`` models (not this package's) and reads the configuration
+as attributes of ``checkpoint["args"]`` (fairseq's legacy layout). It is handed the plain
+checkpoint in that layout, written to a temporary file; the ``argparse.Namespace`` in it
+loads under ``weights_only`` because ``fairseq_shared.compat`` allows exactly that type.
+CTranslate2 aliases equal tensors when it saves, so ``model.bin`` stores each tied weight once.
 """
 
 import os
@@ -41,7 +41,7 @@ def position_table_bytes(model) -> int:
     """fp32 bytes of the sinusoidal position tables CTranslate2 stores (not parameters);
     encoder and decoder tables that are equal are stored once, as CTranslate2 aliases them."""
     tables = []
-    for stack in (model.encoder, model.decoder):
+    for stack in (getattr(model, "encoder", None), model.decoder):  # a language model: no encoder
         pos = getattr(stack, "embed_positions", None)
         weights = getattr(pos, "weights", None) if pos is not None else None
         if weights is None or isinstance(pos, torch.nn.Embedding):

@@ -1,8 +1,9 @@
-"""A shared checkpoint as a plain fairseq ``transformer`` checkpoint.
+"""A shared checkpoint as a plain fairseq ``transformer`` (or ``transformer_lm``) checkpoint.
 
 The result loads in stock fairseq (no ``--user-dir``, ``torch.load`` with
 ``weights_only=True``): its configuration holds plain types only (dicts, lists, tuples,
-strings, numbers), its model is fairseq's ``TransformerModel`` with every layer's
+strings, numbers), its model is fairseq's ``TransformerModel`` (a shared language model's:
+``TransformerLanguageModel``, see :mod:`.lm`) with every layer's
 parameters under their own names (tied names share one tensor, so ``torch.save`` writes
 each tied tensor once), and the two sharing markers are gone.
 
@@ -26,6 +27,10 @@ logger = logging.getLogger(__name__)
 SHARED_FLAG_PREFIXES = (
     "encoder_share_", "decoder_share_", "encoder_unique_layers", "decoder_unique_layers", "san_",
 )
+
+
+#: The models of fairseq-shared that the export takes.
+SHARED_MODELS = ("shared_transformer", "shared_transformer_lm")
 
 
 class ExportError(ValueError):
@@ -72,14 +77,15 @@ def load_shared(path: str, data: Optional[str] = None) -> LoadedCheckpoint:
     cfg = state["cfg"]
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    arch = getattr(cfg.model, "arch", None)
-    if ARCH_MODEL_NAME_REGISTRY.get(arch) != "shared_transformer":
+    arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
+    if model_name not in SHARED_MODELS:
         raise ExportError(
-            f"'{path}' has --arch {arch} (model {ARCH_MODEL_NAME_REGISTRY.get(arch)}); "
-            "the export takes "
-            "fairseq-shared checkpoints (model shared_transformer)"
+            f"'{path}' has --arch {arch} (model {model_name}); the export takes "
+            f"fairseq-shared checkpoints (model {' or '.join(SHARED_MODELS)})"
         )
-    refuse_san(cfg.model)
+    if model_name == "shared_transformer":  # the language model has no SAN flags
+        refuse_san(cfg.model)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
@@ -103,6 +109,7 @@ def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> di
     directory, which holds the dictionaries) becomes its task's data directory."""
     from omegaconf import OmegaConf
 
+    from fairseq_shared.export.lm import is_language_model, plain_lm_config
     from fairseq_shared.sharing import describe
 
     cfg = loaded.cfg
@@ -111,9 +118,12 @@ def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> di
         if OmegaConf.is_config(cfg[key]) else cfg[key]
         for key in cfg if key != "model"
     }
-    plain_cfg["model"] = plain_model_args(cfg.model)
-    plain_cfg["task"]["source_lang"] = loaded.task.cfg.source_lang  # inferred at load time
-    plain_cfg["task"]["target_lang"] = loaded.task.cfg.target_lang
+    if is_language_model(loaded.model):
+        plain_cfg["model"] = plain_lm_config(cfg.model)
+    else:
+        plain_cfg["model"] = plain_model_args(cfg.model)
+        plain_cfg["task"]["source_lang"] = loaded.task.cfg.source_lang  # inferred at load time
+        plain_cfg["task"]["target_lang"] = loaded.task.cfg.target_lang
     if data:
         plain_cfg["task"]["data"] = os.path.abspath(data)
     history = [
@@ -136,18 +146,30 @@ def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> di
 def legacy_args_checkpoint(checkpoint: dict) -> dict:
     """The same checkpoint with its model configuration as an ``argparse.Namespace`` in
     ``args`` (fairseq's legacy layout), which CTranslate2's converter reads attributes of."""
+    from fairseq_shared.export.lm import is_lm_checkpoint, legacy_lm_args
+
     legacy = dict(checkpoint)
     task = checkpoint["cfg"]["task"]
-    legacy["args"] = argparse.Namespace(**{
-        **checkpoint["cfg"]["model"], "task": task["_name"],
-        "source_lang": task["source_lang"], "target_lang": task["target_lang"],
-    })
+    if is_lm_checkpoint(checkpoint):
+        legacy["args"] = legacy_lm_args(checkpoint)
+    else:
+        legacy["args"] = argparse.Namespace(**{
+            **checkpoint["cfg"]["model"], "task": task["_name"],
+            "source_lang": task["source_lang"], "target_lang": task["target_lang"],
+        })
     legacy["cfg"] = None
     return legacy
 
 
 def write_dictionaries(task, out_dir: str) -> Dict[str, str]:
-    """``dict.{src}.txt`` and ``dict.{tgt}.txt`` as fairseq-preprocess writes them."""
+    """``dict.{src}.txt`` and ``dict.{tgt}.txt`` as fairseq-preprocess writes them
+    (a language model's: ``dict.txt``)."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    from fairseq_shared.export.lm import write_lm_dictionary
+
+    if isinstance(task, LanguageModelingTask):
+        return write_lm_dictionary(task, out_dir)
     paths = {}
     for lang, d in ((task.cfg.source_lang, task.source_dictionary),
                     (task.cfg.target_lang, task.target_dictionary)):
