@@ -52,6 +52,9 @@ class SharedStacksMixin:
 
     tied_aliases: Dict[str, str]
     sharing: Dict[str, StackSharing]
+    # checkpoint bookkeeping that no forward pass reads: TorchScript must not compile the
+    # annotations above (it cannot script the StackSharing dataclass)
+    __jit_ignored_attributes__ = ["tied_aliases", "sharing"]
 
     def apply_sharing(self, plan: Dict[str, StackSharing]) -> None:
         if not hasattr(self, "sharing"):  # the first call: nothing tied yet
