@@ -13,8 +13,6 @@ files are committed at once, so a stopped session loses nothing. ``render`` rebu
 """
 
 import argparse
-import os
-import subprocess
 import sys
 
 from fairseq_shared.experiments import evidence
@@ -68,14 +66,7 @@ def main(argv=None):
 
     _terminate_on_sigterm()
     evidence.snapshot_corpus(args.data, args.results)
-    repo = None
-    if args.commit:  # the repository that holds the results directory
-        os.makedirs(args.results, exist_ok=True)
-        top = subprocess.run(["git", "-C", args.results, "rev-parse", "--show-toplevel"],
-                             capture_output=True, text=True)
-        if top.returncode != 0:
-            raise SystemExit(f"--commit: {args.results} is not inside a git repository")
-        repo = top.stdout.strip()
+    repo = evidence.results_repository(args.results) if args.commit else None
     finished = evidence.work_queue(items, args.data, args.work, args.results, args.budget,
                                    args.set, commit_repo=repo)
     print(f"[evidence] this worker finished: {', '.join(finished) or 'nothing'}")

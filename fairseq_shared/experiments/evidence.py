@@ -128,15 +128,41 @@ def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]
     return [points[u] for u in sorted(points)]
 
 
-def run_item(name: str, seed: int, data: str, work: str, results: str,
-             budget_name: str = "evidence", overrides: Sequence[str] = (), progress=print) -> Dict:
-    """Train (or finish) one configuration with one seed, decode the test set, write its
-    result file and hypotheses; returns the result dict."""
+def decode_test(checkpoint: str, data: str, budget: Dict, label: str, hyp_path: Path,
+                progress=print) -> Dict:
+    """Decode the whole test set once with ``checkpoint``; write the detokenized hypotheses
+    to ``hyp_path``; returns sacreBLEU's BLEU/chrF (with signatures) and the decoding report."""
     from fairseq_shared import timing
     from fairseq_shared.data.scoring import score
 
+    report = timing.benchmark({label: checkpoint}, data, decode_args(budget),
+                              warmup=0, repeats=1, threads=budget["decode_threads"],
+                              progress=progress)
+    res = report.models[0]
+    hyp_path.parent.mkdir(parents=True, exist_ok=True)
+    hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")
+    scored = score(res.hypotheses, report.references)
+    return {"bleu": scored["bleu"], "chrf": scored["chrf"],
+            "bleu_signature": scored["bleu_signature"],
+            "chrf_signature": scored["chrf_signature"], "sentences": scored["n"],
+            "decode_tokens_per_s_single_pass": res.summary().get("tokens_per_s_median"),
+            "decode_settings": report.settings}
+
+
+def write_result(path: Path, result: Dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def run_item(name: str, seed: int, data: str, work: str, results: str,
+             budget_name: str = "evidence", overrides: Sequence[str] = (), progress=print,
+             config: Optional[Dict] = None) -> Dict:
+    """Train (or finish) one configuration (of :data:`CONFIGS`, or ``config``) with one seed,
+    decode the test set, write its result file and hypotheses; returns the result dict."""
     budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
-    config = select_configs(CONFIGS, name, None)[0]
+    config = config or select_configs(CONFIGS, name, None)[0]
     out = os.path.join(work, f"out_s{seed}")
     run = make_plan([config], budget, data, out, log=progress,
                               runs_dir=os.path.join(work, f"runs_s{seed}"))[0]
@@ -147,15 +173,10 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
         train(run, progress, 1, 1, t0)
     info = run.done_info()
     progress(f"[evidence] {item_id(name, seed)}: decoding the test set")
-    report = timing.benchmark({name: run.checkpoint}, data, decode_args(budget),
-                              warmup=0, repeats=1, threads=budget["decode_threads"],
-                              progress=progress)
-    res = report.models[0]
     _, _, tgt, _ = corpus_paths(data)
     hyp_path = Path(results) / "hyps" / f"{item_id(name, seed)}.{tgt}"
-    hyp_path.parent.mkdir(parents=True, exist_ok=True)
-    hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")
-    scored = score(res.hypotheses, report.references)
+    test = decode_test(run.checkpoint, data, budget, name, hyp_path, progress)
+    decode_settings = test.pop("decode_settings")
     costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
                                       info["updates"])
     result = {
@@ -172,25 +193,19 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
         "cpu_estimated_updates": estimated,
         "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
         "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
-        "test": {"bleu": scored["bleu"], "chrf": scored["chrf"],
-                 "bleu_signature": scored["bleu_signature"],
-                 "chrf_signature": scored["chrf_signature"], "sentences": scored["n"],
-                 "hypotheses": str(hyp_path.relative_to(results)),
-                 "decode_tokens_per_s_single_pass": res.summary().get("tokens_per_s_median")},
+        "test": {**test, "hypotheses": str(hyp_path.relative_to(results))},
         "budget": {k: v for k, v in budget.items()},
         "train_command": run.train_command()[1:],
-        "decode_settings": report.settings,
+        "decode_settings": decode_settings,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
         "data": os.path.abspath(data),
+        "run_dir": os.path.abspath(run.dir),
     }
     path = result_path(results, name, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_result(path, result)
     progress(f"[evidence] {item_id(name, seed)}: {info['updates']} updates, valid loss "
-             f"{result['valid_loss']}, test BLEU {scored['bleu']:.2f} chrF "
-             f"{scored['chrf']:.2f} -> {path}")
+             f"{result['valid_loss']}, test BLEU {test['bleu']:.2f} chrF "
+             f"{test['chrf']:.2f} -> {path}")
     return result
 
 
@@ -206,6 +221,16 @@ def commit(paths: Sequence[Path], message: str, repo: str, tries: int = 10) -> b
             return True
         time.sleep(3)  # another process holds the index lock
     return False
+
+
+def results_repository(results: str) -> str:
+    """The git repository that holds ``results`` (for ``--commit``)."""
+    os.makedirs(results, exist_ok=True)
+    top = subprocess.run(["git", "-C", results, "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True)
+    if top.returncode != 0:
+        raise SystemExit(f"--commit: {results} is not inside a git repository")
+    return top.stdout.strip()
 
 
 def work_queue(items: Sequence[Tuple[str, int]], data: str, work: str, results: str,

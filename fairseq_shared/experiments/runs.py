@@ -37,13 +37,14 @@ class Run:
         flags = ["--arch", self.arch]
         w = int(self.config.get("width_mult", 1))
         for stack in ("encoder", "decoder"):
+            strategy = self.config.get(f"{stack}_strategy", self.strategy)  # e.g. a learned map
             flags += [f"--{stack}-layers", str(self.N if stack == "encoder" else self.dec_N),
                       f"--{stack}-embed-dim", str(w * b["dim"]),
                       f"--{stack}-ffn-embed-dim", str(w * b["ffn"]),
                       f"--{stack}-attention-heads", str(b["heads"]),
-                      f"--{stack}-share-strategy", self.strategy,
+                      f"--{stack}-share-strategy", strategy,
                       f"--{stack}-share-scope", self.scope]
-            if self.strategy in ("sequence", "cycle", "cycle_rev"):
+            if strategy in ("sequence", "cycle", "cycle_rev"):
                 flags += [f"--{stack}-unique-layers", str(self.M)]
             if b.get("normalize_before"):
                 flags += [f"--{stack}-normalize-before"]

@@ -1,0 +1,194 @@
+"""Relaxed sharing, converted models and a learned pattern on the clean Bible split, measured
+against the evidence runs (:mod:`fairseq_shared.experiments.evidence`, same budget and seed).
+
+Three kinds of item, each writing ``RESULTS/runs/<item>_s<seed>.json`` (and hypotheses) the
+moment it finishes, committed by the worker:
+
+* **train**: a configuration of :data:`CONFIGS` trained from scratch like the evidence runs
+  (cycle_rev N=2L/M=L with LoRA rank 8 and 32).
+* **convert**: the evidence run ``vanilla_2L`` (same seed) converted to cycle_rev M=L
+  (:mod:`fairseq_shared.convert_sharing`, with LoRA rank R initialised from the SVD of each
+  position's residual); test BLEU right after conversion, after ``FINETUNE_UPDATES`` updates
+  of fine-tuning (``--finetune-from-model``: fresh optimizer and warm-up), and of the same
+  map trained from scratch for as many updates (its kept ``checkpoint_*_K.pt``).
+* **learned**: :mod:`fairseq_shared.learn_sharing` (linear CKA of layer outputs on the valid
+  set, adjacent groups, M=L sets per stack) on that ``vanilla_2L`` checkpoint, then the
+  proposed map trained from scratch like cycle_rev_2L.
+
+An item whose inputs are not finished yet (the evidence run it converts or compares with) is
+left for later; the worker goes on with the next.
+"""
+
+import glob
+import os
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fairseq_shared.experiments import evidence
+from fairseq_shared.experiments.configs import load_budget
+from fairseq_shared.experiments.corpus import corpus_paths
+
+FINETUNE_UPDATES = 500  # a quarter of the evidence budget's 2,000 updates
+
+
+def lora_flags(rank: int) -> List[str]:
+    return [] if not rank else ["--encoder-share-lora-rank", str(rank),
+                                "--decoder-share-lora-rank", str(rank)]
+
+
+def cycle_rev_config(name: str, rank: int, **extra) -> Dict:
+    return dict(name=name, label=f"Cycle (rev), LoRA rank {rank}" if rank else "Cycle (rev)",
+                strategy="cycle_rev", N="2L", M="L", extra=lora_flags(rank), **extra)
+
+
+#: (kind, name, settings) in the order workers take them.
+ITEMS: List[Tuple[str, str, Dict]] = [
+    ("train", "cycle_rev_2L_lora8", {"rank": 8}),
+    ("convert", "convert_cycle_rev_r0", {"rank": 0, "scratch": ("evidence", "cycle_rev_2L")}),
+    ("convert", "convert_cycle_rev_r8", {"rank": 8, "scratch": ("relaxed", "cycle_rev_2L_lora8")}),
+    ("learned", "learned_2L", {}),
+    ("train", "cycle_rev_2L_lora32", {"rank": 32}),
+]
+SOURCE = "vanilla_2L"  # the trained model that is converted and whose similarity is learned
+
+
+def item_names() -> List[str]:
+    return [name for _, name, _ in ITEMS]
+
+
+# ---------------------------------------------------------------------------- inputs
+def evidence_run_dir(evidence_work: str, name: str, seed: int) -> str:
+    return os.path.join(evidence_work, f"runs_s{seed}", name)
+
+
+def finished(results: str, name: str, seed: int) -> bool:
+    return evidence.result_path(results, name, seed).exists()
+
+
+def checkpoint_at(run_dir: str, updates: int) -> Optional[str]:
+    """The kept interval checkpoint of ``run_dir`` at exactly ``updates`` updates."""
+    found = sorted(glob.glob(os.path.join(run_dir, f"checkpoint_*_{updates}.pt")))
+    return found[-1] if found else None
+
+
+def missing_inputs(kind: str, settings: Dict, seed: int, dirs: Dict[str, str]) -> List[str]:
+    """What an item still waits for (empty: it can run)."""
+    need = []
+    if kind in ("convert", "learned") and not finished(dirs["evidence_results"], SOURCE, seed):
+        need.append(f"evidence {SOURCE}_s{seed}")
+    if kind == "convert":
+        suite, name = settings["scratch"]
+        results = dirs["evidence_results"] if suite == "evidence" else dirs["results"]
+        if not finished(results, name, seed):
+            need.append(f"{suite} {name}_s{seed}")
+    return need
+
+
+# ---------------------------------------------------------------------------- items
+def run_train(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
+              progress) -> Dict:
+    config = cycle_rev_config(name, settings["rank"], tables=["relaxed"])
+    return evidence.run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
+                             progress=progress, config=config)
+
+
+def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
+                progress) -> Dict:
+    from fairseq_shared import convert_sharing
+
+    budget = load_budget(budget_name, [f"seed={seed}"])
+    _, _, tgt, _ = corpus_paths(data)
+    rank = settings["rank"]
+    source = os.path.join(evidence_run_dir(dirs["evidence_work"], SOURCE, seed),
+                          "checkpoint_last.pt")
+    converted = os.path.join(dirs["work"], "converted", f"{name}_s{seed}.pt")
+    os.makedirs(os.path.dirname(converted), exist_ok=True)
+    changes = {f"{s}_{k}": v for s in ("encoder", "decoder") for k, v in
+               (("share_strategy", "cycle_rev"), ("unique_layers", budget["L"]),
+                ("share_lora_rank", rank or None))}
+    progress(f"[relaxed] {name}_s{seed}: converting {source}")
+    report = convert_sharing.convert_checkpoint(source, converted, changes)
+    hyps = Path(dirs["results"]) / "hyps"
+    after = evidence.decode_test(converted, data, budget, name, hyps / f"{name}_s{seed}.converted.{tgt}",
+                                 progress)
+    ft_name = f"{name}_ft{FINETUNE_UPDATES}"
+    config = cycle_rev_config(ft_name, rank, tables=["relaxed"])
+    config["extra"] = config["extra"] + ["--finetune-from-model", os.path.abspath(converted)]
+    tuned = evidence.run_item(ft_name, seed, data, dirs["work"], dirs["results"], budget_name,
+                              overrides=[f"max_update={FINETUNE_UPDATES}"], progress=progress,
+                              config=config)
+    suite, scratch_name = settings["scratch"]
+    work = dirs["evidence_work"] if suite == "evidence" else dirs["work"]
+    scratch_ckpt = checkpoint_at(evidence_run_dir(work, scratch_name, seed), FINETUNE_UPDATES)
+    scratch = None
+    if scratch_ckpt:
+        scratch = evidence.decode_test(scratch_ckpt, data, budget, scratch_name,
+                                       hyps / f"{name}_s{seed}.scratch.{tgt}", progress)
+        scratch.pop("decode_settings")
+    after.pop("decode_settings")
+    return {
+        "name": name, "seed": seed, "kind": "convert", "rank": rank,
+        "source": {"name": SOURCE, "checkpoint": source},
+        "conversion": report, "after_conversion": after,
+        "finetuned": {"name": ft_name, "updates": tuned["updates"], "test": tuned["test"],
+                      "training_cpu_seconds": tuned["training_cpu_seconds"],
+                      "params": tuned["params"]},
+        "scratch_at_same_updates": {"name": scratch_name, "updates": FINETUNE_UPDATES,
+                                    "checkpoint": scratch_ckpt, "test": scratch},
+    }
+
+
+def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
+                budget_name: str, progress) -> Dict:
+    from fairseq_shared import learn_sharing
+
+    budget = load_budget(budget_name, [f"seed={seed}"])
+    source = os.path.join(evidence_run_dir(dirs["evidence_work"], SOURCE, seed),
+                          "checkpoint_last.pt")
+    out = Path(dirs["results"]) / "learned" / f"{name}_s{seed}"
+    progress(f"[relaxed] {name}_s{seed}: learning a {budget['L']}-set map from {source}")
+    record = learn_sharing.learn_sharing(source, str(out), data, sets=budget["L"])
+    patterns = {s: record["stacks"][s]["patterns"]["adjacent"] for s in ("encoder", "decoder")}
+    config = dict(name=name, label="Learned map (CKA, adjacent)", strategy="cycle_rev",
+                  N="2L", M="L", tables=["relaxed"],
+                  encoder_strategy=patterns["encoder"], decoder_strategy=patterns["decoder"])
+    result = evidence.run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
+                               progress=progress, config=config)
+    result["learned"] = {"patterns": patterns, "flags": record["flags"],
+                         "files": str(out.relative_to(dirs["results"]))}
+    return result
+
+
+RUNNERS = {"train": run_train, "convert": run_convert, "learned": run_learned}
+
+
+def work_queue(seeds: Sequence[int], data: str, dirs: Dict[str, str], budget_name: str,
+               commit_repo: Optional[str] = None, progress=print) -> List[str]:
+    """Run every unfinished, unclaimed item whose inputs exist; returns the ids finished."""
+    done = []
+    for seed in seeds:
+        for kind, name, settings in ITEMS:
+            if finished(dirs["results"], name, seed):
+                continue
+            need = missing_inputs(kind, settings, seed, dirs)
+            if need:
+                progress(f"[relaxed] {name}_s{seed}: waits for {', '.join(need)}")
+                continue
+            if not evidence.claim(dirs["work"], name, seed):
+                continue
+            try:
+                result = RUNNERS[kind](name, settings, seed, data, dirs, budget_name, progress)
+                result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+                path = evidence.result_path(dirs["results"], name, seed)
+                evidence.write_result(path, result)
+            finally:
+                evidence.release(dirs["work"], name, seed)
+            done.append(f"{name}_s{seed}")
+            if commit_repo:
+                paths = [path, *sorted(Path(dirs["results"]).glob(f"hyps/{name}*_s{seed}*")),
+                         *sorted(Path(dirs["results"]).glob(f"runs/{name}_ft*_s{seed}.json")),
+                         *sorted(Path(dirs["results"]).glob(f"learned/{name}_s{seed}/*"))]
+                ok = evidence.commit(paths, f"relaxed: {name}_s{seed} finished", commit_repo)
+                progress(f"[relaxed] {'committed' if ok else 'could not commit'} {name}_s{seed}")
+    return done
