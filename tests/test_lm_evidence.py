@@ -121,8 +121,8 @@ def finished(corpus, tmp_path_factory):
     work, results = str(root / "work"), str(root / "results")
     lm_evidence.snapshot_corpus(str(out), results)
     log = []
-    done = lm_evidence.work_queue([("vanilla_L3", 1)], str(out), work, results, "tiny",
-                                  progress=log.append)
+    done = lm_evidence.work_queue([("vanilla_L3", 1), ("cycle_rev_6_3", 1)], str(out), work,
+                                  results, "tiny", progress=log.append)
     return out, work, results, done
 
 
@@ -149,7 +149,7 @@ def _perplexity_from_checkpoint(checkpoint, bin_dir, split):
 
 def test_run_writes_its_file_with_the_eval_lm_perplexity(finished):
     out, work, results, done = finished
-    assert done == ["vanilla_L3_s1"]
+    assert done == ["vanilla_L3_s1", "cycle_rev_6_3_s1"]
     r = json.loads((lm_evidence.result_path(results, "vanilla_L3", 1)).read_text())
     assert r["updates"] == 5 and r["N"] == 3 and r["arch"] == "transformer_lm"
     assert r["params"] > 0 and r["budget"]["seed"] == 1
@@ -163,6 +163,13 @@ def test_run_writes_its_file_with_the_eval_lm_perplexity(finished):
     assert r["test"]["tokens"] == n
     assert r["test"]["loss_base2"] == pytest.approx(bits, abs=1e-4)
     assert r["test"]["perplexity"] == pytest.approx(r["test"]["perplexity_printed"], abs=0.01)
+    # the shared row: 6 layers over vanilla 3's parameter sets, scored the same way
+    c = json.loads((lm_evidence.result_path(results, "cycle_rev_6_3", 1)).read_text())
+    assert (c["N"], c["M"], c["params"]) == (6, 3, r["params"])
+    assert c["train_command"][c["train_command"].index("--decoder-share-strategy") + 1] == "cycle_rev"
+    ckpt = os.path.join(work, "runs_s1", "cycle_rev_6_3", "checkpoint_last.pt")
+    assert c["test"]["loss_base2"] == pytest.approx(
+        _perplexity_from_checkpoint(ckpt, str(out / "bin"), "test")[0], abs=1e-4)
     # a second worker finds nothing left to do
     assert lm_evidence.work_queue([("vanilla_L3", 1)], str(out), work, results, "tiny",
                                   progress=lambda m: None) == []
@@ -184,7 +191,8 @@ def test_render_from_the_written_files(finished, corpus):
     base = json.loads((open(os.path.join(results, "baselines.json")).read()))
     kn5 = base["models"]["kn5"]["test"]["perplexity"]
     assert f"| {kn5:.2f} | - |" in next(l for l in text.splitlines() if "Kneser-Ney" in l)
-    assert "| Cycle (rev), 6 layers / 3 sets | 6 | 3 | all | not run yet |" in text
+    assert "| Sequence, 6 layers / 3 sets | 6 | 3 | all | not run yet |" in text
+    assert "| Cycle (rev), 6 layers / 3 sets | 6 | 3 | cycle_rev/all |" in text
     assert f"test (John) 23 / {corpus[2]['splits']['test']['scored_tokens']}" in text
     assert os.path.getsize(paths["plot"]) > 10000
 
