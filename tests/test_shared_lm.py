@@ -262,11 +262,12 @@ def test_a_flag_declared_later_becomes_the_same_flag_of_the_lm():
     with pytest.raises(SystemExit):  # argparse: invalid choice 'c' (choose from 'a', 'b')
         parser.parse_args(["--decoder-probe-mode", "c"])
 
-    def add_unsupported(parser):
-        parser.add_argument("--decoder-probe-list", type=lambda s: s.split(","))
-
-    with pytest.raises(TypeError, match="--decoder-probe-list: a model flag"):
-        config_with_stack_flags(add_flags=add_unsupported, name="BadConfig")
+    unsupported = {"--decoder-probe-list": dict(type=lambda s: s.split(",")),
+                   "--decoder-probe-k": dict(type=int, choices=[1, 2])}
+    for flag, kwargs in unsupported.items():  # refused when the module is imported
+        with pytest.raises(TypeError, match=f"{flag}: a model flag"):
+            config_with_stack_flags(
+                add_flags=lambda parser: parser.add_argument(flag, **kwargs), name="Bad")
 
 
 @pytest.mark.parametrize("flags,needle,via_omegaconf", [

@@ -1,4 +1,5 @@
-"""Export a fairseq-shared checkpoint for deployment (see README, "Export and deployment").
+"""Export a fairseq-shared checkpoint for deployment (see README, "Export and deployment"):
+a translation model as fairseq's ``transformer``, a language model as its ``transformer_lm``.
 
     python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2]
         [--quantization int8|int8_float32|float16] [--data DATA_BIN] [--sentences 100]
@@ -12,7 +13,8 @@ from fairseq_shared.export.ct2 import QUANTIZATIONS
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="a fairseq-shared checkpoint (not a SAN model)")
+    p.add_argument("checkpoint", help="a fairseq-shared checkpoint (shared_transformer, not "
+                   "a SAN model, or shared_transformer_lm)")
     p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/")
     p.add_argument("--ct2", action="store_true", help="also write a CTranslate2 model (float32)")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
@@ -21,11 +23,13 @@ def main(argv=None) -> int:
                    "default: the checkpoint's own")
     p.add_argument("--subset", default="test", help="split whose sentences verify the export")
     p.add_argument("--sentences", type=int, default=100,
-                   help="sentences to verify on, evenly spaced (0: no verification)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--max-len-a", type=float, default=0.0)
-    p.add_argument("--max-len-b", type=int, default=200)
+                   help="sentences to verify on, evenly spaced (0: no verification); a language "
+                   "model: samples scored with teacher forcing")
+    translation = "translation models' verification: "
+    p.add_argument("--beam", type=int, default=4, help=translation + "beam size")
+    p.add_argument("--lenpen", type=float, default=1.0, help=translation + "length penalty")
+    p.add_argument("--max-len-a", type=float, default=0.0, help=translation + "max_len_a")
+    p.add_argument("--max-len-b", type=int, default=200, help=translation + "max_len_b")
     args = p.parse_args(argv)
 
     from fairseq_shared.export.api import export, summary

@@ -37,15 +37,17 @@ def dataclass_field(action: argparse.Action) -> Tuple[str, Any, dataclasses.Fiel
     into an enum whose bad values argparse refuses with the allowed ones)."""
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         kind = bool
-    elif type(action) is argparse._StoreAction and action.choices:
+    elif type(action) is argparse._StoreAction and action.choices and all(
+            isinstance(c, str) for c in action.choices):
         kind = Optional[ChoiceEnum(list(action.choices))]
-    elif type(action) is argparse._StoreAction and (action.type or str) in _FLAG_TYPES:
+    elif type(action) is argparse._StoreAction and not action.choices and (
+            action.type or str) in _FLAG_TYPES:
         kind = Optional[action.type or str]
     else:
         flag = action.option_strings[0] if action.option_strings else action.dest
         raise TypeError(
             f"{flag}: a model flag the language model takes must be a plain value "
-            "(type int, float or str, optionally with choices) or store_true/store_false; "
+            "(type int, float or str; choices only as strings) or store_true/store_false; "
             f"got {type(action).__name__} with type {action.type}"
         )
     field = dataclasses.field(default=action.default, metadata={"help": action.help})
