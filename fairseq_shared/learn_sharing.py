@@ -8,6 +8,8 @@ Per stack, the similarity of every pair of layers is one of two measures
   the source tokens, decoder layers with teacher forcing on the references, pad positions
   left out (:func:`collect_outputs`, through fairseq's own ``return_all_hiddens`` /
   ``inner_states``; no hooks).
+- ``cka_update``: linear CKA of what each layer *adds* to the residual stream (its output
+  minus its input), on the same tokens.
 - ``weights``: cosine of the layers' flattened parameters (reads no held-out data).
 
 Why CKA by default: it compares what layers compute, not how their parameters happen to be
@@ -19,7 +21,10 @@ to orthogonal transforms and isotropic scaling of a representation, the symmetri
 after training, and is the measure shown to identify corresponding layers across networks
 (Kornblith et al. 2019). Its caveat here: the residual stream makes adjacent layers' outputs
 alike, so CKA favours neighbours; that suits adjacent (Xiao-style) groups, and the weight
-measure is there to cross-check.
+measure is there to cross-check. In a trained pre-LN model the residual stream can dominate
+every layer's output (on a 6+6-layer pilot model output CKA was 0.92-1.00 between all
+decoder layers), and then ``cka_update``, which leaves the shared stream out, separates the
+layers' own contributions.
 
 Patterns: ``adjacent`` (exact best contiguous groups) and ``clustered`` (average linkage,
 any layers), with M sets (``sets``) or from a threshold (``threshold``). :func:`learn_sharing`
@@ -39,7 +44,7 @@ from fairseq_shared import layer_similarity as ls
 logger = logging.getLogger("fairseq_shared.learn_sharing")
 
 STACKS = ("encoder", "decoder")
-MEASURES = ("cka", "weights")
+MEASURES = ("cka", "cka_update", "weights")
 GROUPINGS = ("adjacent", "clustered")
 
 
@@ -64,8 +69,10 @@ def load(checkpoint: str, data: Optional[str] = None):
 
 
 # ---------------------------------------------------------------------------- measures
-def collect_outputs(model, batches: Iterable[Dict], pad: int) -> Dict[str, List[torch.Tensor]]:
-    """Each layer's output at every non-pad token: ``{stack: [(n_tokens, d)] per layer}``.
+def collect_outputs(model, batches: Iterable[Dict], pad: int,
+                    updates: bool = False) -> Dict[str, List[torch.Tensor]]:
+    """Each layer's output at every non-pad token: ``{stack: [(n_tokens, d)] per layer}``
+    (``updates``: the output minus the layer's input, what the layer adds).
 
     ``batches`` are fairseq ``net_input`` dicts (``src_tokens``, ``src_lengths``,
     ``prev_output_tokens``); the decoder runs with teacher forcing on ``prev_output_tokens``.
@@ -85,8 +92,9 @@ def collect_outputs(model, batches: Iterable[Dict], pad: int) -> Dict[str, List[
             ):
                 layers = rows[stack]
                 assert len(states) == len(layers) + 1  # [embeddings, layer 1, ..., layer L]
-                for out, x in zip(layers, states[1:]):
-                    out.append(x.transpose(0, 1)[keep].float())  # T B C -> tokens C
+                for out, x_in, x in zip(layers, states[:-1], states[1:]):
+                    y = x - x_in if updates else x
+                    out.append(y.transpose(0, 1)[keep].float())  # T B C -> tokens C
     return {s: [torch.cat(r) for r in layers] for s, layers in rows.items()}
 
 
@@ -162,7 +170,8 @@ def plot(matrices: Dict[str, Dict[str, torch.Tensor]], patterns, measure: str, p
     rows = [m for m in MEASURES if m in matrices[STACKS[0]]]
     fig, axes = plt.subplots(len(rows), len(STACKS), figsize=(4.2 * len(STACKS), 3.8 * len(rows)),
                              squeeze=False)
-    labels = {"cka": "linear CKA of outputs", "weights": "cosine of weights"}
+    labels = {"cka": "linear CKA of outputs", "cka_update": "linear CKA of layer updates",
+              "weights": "cosine of weights"}
     for r, m in enumerate(rows):
         for c, stack in enumerate(STACKS):
             ax, sim = axes[r][c], matrices[stack][m].numpy()
@@ -195,11 +204,12 @@ def similarity_matrices(model, task, measure: str, subset: str, max_sentences: i
     (cheap), CKA when it is the measure."""
     matrices = {s: {"weights": ls.cosine_matrix(layer_vectors(model, s))} for s in STACKS}
     tokens = {s: None for s in STACKS}
-    if measure == "cka":
+    if measure in ("cka", "cka_update"):
         pad = task.target_dictionary.pad()
-        outputs = collect_outputs(model, batches(task, subset, max_sentences, max_tokens), pad)
+        outputs = collect_outputs(model, batches(task, subset, max_sentences, max_tokens), pad,
+                                  updates=measure == "cka_update")
         for stack, feats in outputs.items():
-            matrices[stack]["cka"] = ls.cka_matrix(feats)
+            matrices[stack][measure] = ls.cka_matrix(feats)
             tokens[stack] = feats[0].size(0)
     return matrices, tokens
 
@@ -218,7 +228,7 @@ def learn_sharing(checkpoint: str, out_dir: str, data: Optional[str] = None,
         "checkpoint": os.path.abspath(checkpoint),
         "measure": measure,
         "settings": {"sets": sets, "threshold": threshold, "grouping": grouping,
-                     "subset": subset if measure == "cka" else None,
+                     "subset": subset if measure != "weights" else None,
                      "max_sentences": max_sentences},
         "objective": "sum over groups of (1/|g|) sum_{i,j in g} S_ij (= N - within-group "
                      "scatter); threshold: every pair in an adjacent group >= T",

@@ -182,6 +182,26 @@ def test_collect_outputs_keeps_every_non_pad_token_once(tmp_path_factory):
     assert [tuple(x.shape) for x in out["decoder"]] == [(int(prev.ne(pad).sum()), 16)] * 6
 
 
+def test_layer_updates_add_up_to_the_last_layer_output(tmp_path_factory):
+    """cka_update compares what each layer adds: output minus input, so the embeddings'
+    output plus every layer's update is the last layer's output, token by token."""
+    _, task, model = build_for_data(data_bin(tmp_path_factory), "shared_transformer",
+                                    SIX + PRE_LN, seed=5)
+    src, lengths, prev = random_batch(task, bsz=4, src_len=9, tgt_len=7, seed=6)
+    pad = task.target_dictionary.pad()
+    batch = [{"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}]
+    outputs = collect_outputs(model.eval(), batch, pad)
+    updates = collect_outputs(model, batch, pad, updates=True)
+    for stack in ("encoder", "decoder"):
+        first_input = outputs[stack][0] - updates[stack][0]
+        total = first_input + sum(updates[stack])
+        assert torch.allclose(total, outputs[stack][-1], atol=1e-5)
+        for i in range(1, 6):  # each update is the difference of consecutive outputs
+            assert torch.allclose(updates[stack][i], outputs[stack][i] - outputs[stack][i - 1],
+                                  atol=1e-5)
+        assert not torch.allclose(updates[stack][1], outputs[stack][1])
+
+
 def test_cka_recovers_layers_that_repeat_the_representation_below(tmp_path_factory):
     data = data_bin(tmp_path_factory)
     _, task, model = build_for_data(data, "shared_transformer", SIX + PRE_LN, seed=3)

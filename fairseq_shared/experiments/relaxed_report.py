@@ -103,7 +103,7 @@ def render(results: str, evidence_results: str, command: str = "") -> str:
             *model_table(RELAXED_ROWS, suites, lookup), "",
             f"## A trained {SOURCE} converted to cycle_rev (M = L)", "",
             *convert_table(suites["relaxed"], suites["evidence"]), "",
-            "## A learned map (linear CKA of layer outputs on the valid set, adjacent groups, "
+            "## A learned map (linear CKA of the layers' updates on the valid set, adjacent groups, "
             "M = L) against cycle_rev at the same M", "",
             *model_table(LEARNED_ROWS, suites, lookup), ""]
     for r in learned:
