@@ -182,6 +182,21 @@ def test_architecture_defaults_and_overrides():
     assert pattern.sharing["decoder"].assignment == [0, 1, 1, 1]
 
 
+def test_count_params_builds_language_models():
+    from fairseq_shared.cli import count_params
+
+    shared = count_params.build("transformer_lm_cycle_rev", 64, TINY_LM + [
+        "--decoder-layers", "6", "--decoder-unique-layers", "3"])
+    vanilla = count_params.build("transformer_lm", 64, TINY_LM + [
+        "--decoder-layers", "3", "--decoder-normalize-before",
+        "--decoder-input-dim", "16", "--decoder-output-dim", "16"])
+    assert (count_params.layers(shared), count_params.layers(vanilla)) == (
+        "6 (decoder only)", "3 (decoder only)")
+    # --share-decoder-input-output-embed: one 64 x 16 embedding, not two
+    expected = lm_params(64, 16, 24, [0, 1, 2], "all") - 64 * 16
+    assert count_params.count(shared) == count_params.count(vanilla) == expected
+
+
 LM_REGISTERED = {family + size for family in lm_architectures.FAMILIES
                  for size in ("", "_big", "_gpt")}
 

@@ -3,7 +3,9 @@
     python -m fairseq_shared.cli.count_params --vocab 32768 transformer transformer_cycle_rev ...
 
 Builds each model for real (no training) with a joint dictionary of ``--vocab`` symbols
-and ``--share-all-embeddings``, and counts each tied tensor once, as fairseq-train logs.
+and ``--share-all-embeddings`` (a language model, ``transformer_lm*``: ``--task
+language_modeling`` and ``--share-decoder-input-output-embed``), and counts each tied tensor
+once, as fairseq-train logs.
 """
 
 import argparse
@@ -12,7 +14,8 @@ import logging
 import torch
 from fairseq import options
 from fairseq.data import Dictionary
-from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY, FairseqLanguageModel
+from fairseq.tasks.language_modeling import LanguageModelingTask
 from fairseq.tasks.translation import TranslationTask
 
 import fairseq_shared  # noqa: F401
@@ -22,11 +25,15 @@ def build(arch: str, vocab: int, extra=()):
     dictionary = Dictionary()
     for i in range(vocab - dictionary.nspecial):
         dictionary.add_symbol(f"w{i}")
+    if issubclass(ARCH_MODEL_REGISTRY[arch], FairseqLanguageModel):
+        task_cls, flags = LanguageModelingTask, ["--task", "language_modeling",
+                                                 "--share-decoder-input-output-embed"]
+    else:
+        task_cls, flags = TranslationTask, ["--share-all-embeddings"]
     args = options.parse_args_and_arch(
-        options.get_training_parser(),
-        ["/unused", "--arch", arch, "--cpu", "--share-all-embeddings", *extra],
+        options.get_training_parser(), ["/unused", "--arch", arch, "--cpu", *flags, *extra]
     )
-    return TranslationTask(args, dictionary, dictionary).build_model(args)
+    return task_cls(args, dictionary, dictionary).build_model(args)
 
 
 def count(model) -> int:
@@ -34,6 +41,8 @@ def count(model) -> int:
 
 
 def layers(model) -> str:
+    if getattr(model, "encoder", None) is None:  # a language model
+        return f"{len(model.decoder.layers)} (decoder only)"
     return f"{len(model.encoder.layers)}+{len(model.decoder.layers)}"
 
 
