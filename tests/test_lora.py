@@ -1,9 +1,10 @@
 """Relaxed sharing (issue 12): per-position low-rank deltas on tied Linear weights, untied
 LayerNorms and biases (fairseq_shared/modules/lora.py, models/shared_stacks.py).
 
-Every test that compares a relaxed model with something else first gives its deltas (and
-untied norms and biases) random values, so that a delta applied on one path only, lost in a
-checkpoint or dropped by an export shows up as a difference of order 1e-1."""
+Where a relaxed model is compared with something else, its deltas (and untied norms and
+biases) first get random values (``relax_randomly``; a fresh model's deltas are zero), so
+that a delta applied on one path only, lost in a checkpoint or dropped by an export shows up
+as a difference of order 1e-1."""
 
 import io
 import re
@@ -32,15 +33,14 @@ ATOL = 2e-6
 
 
 def flags(strategy="cycle_rev", m="2", scope="all", layers=4, rank=0, norms=False,
-          biases=False, stacks=("encoder", "decoder")):
+          biases=False):
     out = ["--encoder-layers", str(layers), "--decoder-layers", str(layers)]
     for stack in ("encoder", "decoder"):
         out += [f"--{stack}-share-strategy", strategy, f"--{stack}-share-scope", scope]
         out += [f"--{stack}-unique-layers", m] if m else []
-        if stack in stacks:
-            out += [f"--{stack}-share-lora-rank", str(rank)]
-            out += [f"--{stack}-untie-norms"] if norms else []
-            out += [f"--{stack}-untie-biases"] if biases else []
+        out += [f"--{stack}-share-lora-rank", str(rank)]
+        out += [f"--{stack}-untie-norms"] if norms else []
+        out += [f"--{stack}-untie-biases"] if biases else []
     return out
 
 
@@ -178,7 +178,8 @@ def test_parameter_count_matches_closed_form(strategy, m, scope, relaxation):
     enc, dec = model.sharing["encoder"].assignment, model.sharing["decoder"].assignment
     rigid = model_params(len(task.source_dictionary), len(task.target_dictionary), D, F, enc, dec,
                          scope, scope, share_all_embeddings=True)
-    extra = relaxed_extra(enc, scope, False, **relaxation) + relaxed_extra(dec, scope, True, **relaxation)
+    extra = (relaxed_extra(enc, scope, False, **relaxation)
+             + relaxed_extra(dec, scope, True, **relaxation))
     assert counted == rigid + extra
     from fairseq_shared.modules.lora import delta_parameter_count
 
@@ -189,7 +190,8 @@ def test_parameter_count_matches_closed_form(strategy, m, scope, relaxation):
 
 # ---- flags ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad,needle", [
-    (["--encoder-share-lora-rank", "-1"], "--encoder-share-lora-rank: '-1' is not a rank; allowed: an integer >= 0"),
+    (["--encoder-share-lora-rank", "-1"],
+     "--encoder-share-lora-rank: '-1' is not a rank; allowed: an integer >= 0"),
     (["--decoder-share-strategy", "none", "--decoder-share-lora-rank", "4"],
      "--decoder-share-lora-rank 4: the decoder ties no parameters .* allowed: 0 \\(off\\)"),
     (["--encoder-share-strategy", "none", "--encoder-untie-biases"],
@@ -247,7 +249,8 @@ def test_checkpoint_round_trips_with_weights_only_loading(tmp_path):
 
 @pytest.mark.parametrize("target,needle", [
     (dict(), "this model's encoder is cycle_rev M=2 \\(1 2 2 1\\), scope=all\\."),
-    (dict(rank=2, norms=True, biases=True), "this model's encoder is .*, LoRA rank 2, untied norms"),
+    (dict(rank=2, norms=True, biases=True),
+     "this model's encoder is .*, LoRA rank 2, untied norms"),
     (dict(rank=3, norms=True), "this model's encoder is .*, LoRA rank 3, untied norms\\."),
 ])
 def test_state_of_other_relaxation_is_refused_naming_both_configurations(target, needle):
@@ -257,7 +260,8 @@ def test_state_of_other_relaxation_is_refused_naming_both_configurations(target,
     with pytest.raises(SharingMismatchError) as err:
         model.load_state_dict(saved.state_dict())
     message = str(err.value)
-    assert "saved as cycle_rev M=2 (1 2 2 1), scope=all, LoRA rank 3, untied norms, untied biases" in message
+    saved_as = "saved as cycle_rev M=2 (1 2 2 1), scope=all, LoRA rank 3, untied norms, "
+    assert saved_as + "untied biases and this model's" in message
     assert re.search(needle, message), message
 
 
@@ -277,7 +281,7 @@ def test_state_loads_exactly_where_it_can(saved_cfg, target):
         assert torch.count_nonzero(model.encoder.layers[1].fc1.parametrizations.weight[0].lora_A)
 
 
-# ---- LayerDrop pruning ---------------------------------------------------------------------------
+# ---- LayerDrop pruning -----------------------------------------------------------------------
 def pruned(flag_list, keep, seed=9):
     from fairseq.tasks.translation import TranslationTask
 
@@ -302,7 +306,8 @@ def test_pruning_keeps_each_kept_positions_delta(keep, tmp_path):
         stack.layers = torch.nn.ModuleList([stack.layers[int(i)] for i in kept.split(",")])
     torch.testing.assert_close(outputs(model, task), outputs(reference, task), rtol=0, atol=ATOL)
     if keep[0] == "1,4":
-        assert torch.equal(lora_B(model.encoder.layers[1], "fc1"), lora_B(full.encoder.layers[1], "fc1"))
+        kept = lora_B(model.encoder.layers[1], "fc1")
+        assert torch.equal(kept, lora_B(full.encoder.layers[1], "fc1"))
     else:  # a saved pruned model rebuilds from its own flags and loads again as it was
         assert args.encoder_share_strategy == "1,2,3" and args.encoder_share_lora_rank == 0
         path = tmp_path / "pruned.pt"
@@ -315,7 +320,7 @@ def test_pruning_keeps_each_kept_positions_delta(keep, tmp_path):
         torch.testing.assert_close(outputs(again, task), outputs(model, task), rtol=0, atol=ATOL)
 
 
-# ---- export: deltas merged into a plain fairseq transformer --------------------------------------
+# ---- export: deltas merged into a plain fairseq transformer ----------------------------------
 def test_full_state_dict_is_a_plain_transformer_computing_the_same(tmp_path):
     model, task = tiny(**RELAXED)
     relax_randomly(model)
@@ -332,3 +337,72 @@ def test_full_state_dict_is_a_plain_transformer_computing_the_same(tmp_path):
     theirs = beam_search(plain, task, src, lengths, use_cache=True, beam=3)
     for a, b in zip(ours, theirs):
         assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
+
+
+def test_export_merges_the_deltas_for_fairseq_and_ctranslate2(tmp_path, tmp_path_factory):
+    """The real export (python -m fairseq_shared.cli.export): stock fairseq's transformer and
+    CTranslate2 find the relaxed model's hypotheses."""
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_shared.export.api import export
+    from helpers_data import data_bin
+
+    data = data_bin(tmp_path_factory)
+    args = parse_args("shared_transformer", TINY + flags(**RELAXED))
+    args.data = str(data)
+    task = TranslationTask.setup_task(args)
+    torch.manual_seed(1)
+    model = relax_randomly(task.build_model(args))
+    history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
+                "lr_scheduler_state": {}, "num_updates": 0}]
+    path = tmp_path / "relaxed.pt"
+    torch.save({"args": args, "cfg": None, "model": model.state_dict(),
+                "optimizer_history": history, "extra_state": {}}, path)
+    report = export(str(path), str(tmp_path / "out"), ct2=True, data=str(data), sentences=6,
+                    max_len_b=9)
+    for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
+        assert report["verify"][key]["different"] == 0, report["verify"][key]
+        assert report["verify"][key]["identical"] + report["verify"][key]["ties"] == 6
+    plain = torch.load(report["plain_checkpoint"], weights_only=True)
+    assert not [k for k in plain["model"] if "parametrizations" in k or "sharing" in k]
+    assert not [k for k in plain["cfg"]["model"] if "untie" in k or "lora" in k]
+
+
+# ---- fairseq-train ---------------------------------------------------------------------------
+def test_fairseq_train_relaxed_cycle_rev_resumes_from_checkpoint_last(tmp_path, tmp_path_factory):
+    from helpers_data import TINY_ARCH, TINY_TRAIN, data_bin, run_tool
+
+    data, save_dir = data_bin(tmp_path_factory), tmp_path / "ckpt"
+    relaxation = ["--encoder-share-lora-rank", "4", "--decoder-share-lora-rank", "2",
+                  "--decoder-untie-biases"]
+    common = [data, *TINY_ARCH, *TINY_TRAIN, *relaxation, "--save-dir", save_dir, "--seed", "1",
+              "--no-epoch-checkpoints", "--max-tokens", "700"]
+    _, log = run_tool("fairseq-train", *common, "--max-update", "3")
+    logged = int(re.search(r"num\. shared model params: ([\d,]+)", log).group(1).replace(",", ""))
+    vocab = sum(1 for _ in open(data / "dict.src.txt")) + 4
+    cycle_rev = [0, 1, 1, 0]
+    rigid = model_params(vocab, vocab, 32, 64, cycle_rev, cycle_rev, share_all_embeddings=True)
+    assert logged == rigid + relaxed_extra(cycle_rev, "all", False, 4, d=32, f=64) + (
+        relaxed_extra(cycle_rev, "all", True, 2, biases=True, d=32, f=64))
+
+    _, log = run_tool("fairseq-train", *common, "--max-update", "5")
+    assert re.search(r"[Ll]oaded checkpoint .*@ 3 updates", log)
+    assert re.search(r"num_updates 5\b", log)
+    state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)["model"]
+    assert "encoder.layers.3.fc1.parametrizations.weight.original" not in state
+    assert torch.count_nonzero(state["encoder.layers.3.fc1.parametrizations.weight.0.lora_B"])
+    [model], _ = checkpoint_utils.load_model_ensemble([str(save_dir / "checkpoint_last.pt")])
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
+
+
+def test_count_params_reports_the_relaxed_count(capsys):
+    from fairseq_shared.cli.count_params import main
+
+    main(["shared_transformer", "transformer_universal_iwslt_de_en", "--vocab", "64",
+          "--lora-rank", "2"])
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].endswith("| relaxed, LoRA rank 2 | added |")
+    assert rows[2].endswith("| - | - |")  # ties nothing: nothing to relax
+    # 6+6 positions of one set at d = 512, f = 1024: 6 * 2 * (8d + 2(d + f) + 16d + 2(d + f))
+    assert "(deltas 0.22M, untied norms/biases 0.00M)" in rows[3]

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 #: Flags of fairseq-shared that a plain ``transformer`` does not have.
 SHARED_FLAG_PREFIXES = (
     "encoder_share_", "decoder_share_", "encoder_unique_layers", "decoder_unique_layers", "san_",
+    "encoder_untie_", "decoder_untie_",  # relaxed sharing (share_lora_rank: under *_share_)
 )
 
 

@@ -175,7 +175,9 @@ def _lora_rank(value, flag: str) -> int:
     if isinstance(value, str) and value.strip().isdigit():  # --model-overrides pass strings
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SharingConfigError(f"{flag}: '{value}' is not a rank; allowed: an integer >= 0 (0: off)")
+        raise SharingConfigError(
+            f"{flag}: '{value}' is not a rank; allowed: an integer >= 0 (0: off)"
+        )
     return value
 
 
@@ -193,8 +195,8 @@ def relaxation_from_args(args, stack: str, assignment: List[int], scope: str) ->
     relaxation = {
         "lora_rank": _lora_rank(getattr(args, f"{stack}_share_lora_rank", None), rank_flag),
         **{
-            name: _switch(getattr(args, f"{stack}_{name}", None), f"--{stack}-{name.replace('_', '-')}")
-            for name in ("untie_norms", "untie_biases")
+            name: _switch(getattr(args, f"{stack}_{name}", None), f"--{stack}-{flag}")
+            for name, flag in (("untie_norms", "untie-norms"), ("untie_biases", "untie-biases"))
         },
     }
     ties_nothing = max(assignment) + 1 == len(assignment)

@@ -147,7 +147,8 @@ def pop_markers(state: Dict, stack: str) -> Optional[StackSharing]:
 
 def untied_kinds(sharing: StackSharing) -> Set[str]:
     """The kinds of parameters (:mod:`~fairseq_shared.modules.tying`) kept per position."""
-    return {kind for kind, on in ((NORM, sharing.untie_norms), (LINEAR_BIAS, sharing.untie_biases)) if on}
+    kinds = ((NORM, sharing.untie_norms), (LINEAR_BIAS, sharing.untie_biases))
+    return {kind for kind, on in kinds if on}
 
 
 def parameter_kinds(layers) -> Dict[str, str]:

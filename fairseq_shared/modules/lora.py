@@ -55,7 +55,7 @@ class LowRankDelta(nn.Module):
         return merge(weight, self.lora_A, self.lora_B)
 
 
-def _relaxed_linear(layer: nn.Module, name: str):
+def _linear_of_weight(layer: nn.Module, name: str):
     """The ``nn.Linear`` whose ``weight`` the layer-relative ``name`` is, or None."""
     module_path, _, leaf = name.rpartition(".")
     module = layer.get_submodule(module_path) if module_path else layer
@@ -76,7 +76,7 @@ def add_low_rank_deltas(
     renamed = {}
     for index, layer in enumerate(layers):  # in layer order: a reproducible draw of each A
         for name, _ in list(layer.named_parameters(remove_duplicate=False)):
-            linear = _relaxed_linear(layer, name) if f"{index}.{name}" in tied else None
+            linear = _linear_of_weight(layer, name) if f"{index}.{name}" in tied else None
             if linear is not None:
                 delta = LowRankDelta(linear.out_features, linear.in_features, rank)
                 parametrize.register_parametrization(linear, "weight", delta.to(linear.weight))
