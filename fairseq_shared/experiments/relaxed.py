@@ -151,7 +151,8 @@ def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
                           "checkpoint_last.pt")
     out = Path(dirs["results"]) / "learned" / f"{name}_s{seed}"
     progress(f"[relaxed] {name}_s{seed}: learning a {budget['L']}-set map from {source}")
-    record = learn_sharing.learn_sharing(source, str(out), data, sets=budget["L"],
+    bin_dir = corpus_paths(data)[0]
+    record = learn_sharing.learn_sharing(source, str(out), bin_dir, sets=budget["L"],
                                          measure=LEARNED_MEASURE)
     patterns = {s: record["stacks"][s]["patterns"]["adjacent"] for s in ("encoder", "decoder")}
     config = dict(name=name, label="Learned map (update CKA, adjacent)", strategy="cycle_rev",
