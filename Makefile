@@ -14,7 +14,7 @@ sysdeps:
 	bash scripts/install_system_packages.sh
 
 test: venv sysdeps
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile tests
 
 demo: venv sysdeps
 	$(PY) -m fairseq_shared.cli.main_job
