@@ -19,11 +19,10 @@ committed files; ``rates`` times a short run of vanilla 3 and 6 layers (``rates.
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from fairseq_shared.experiments import lm_evidence
+from fairseq_shared.experiments import evidence, lm_evidence
 
 DEFAULT_RESULTS = "results/bible_lm"
 
@@ -81,15 +80,6 @@ def plan(args, items):
               "start-up, about 2 minutes per run")
 
 
-def git_top(path: str) -> str:
-    os.makedirs(path, exist_ok=True)
-    top = subprocess.run(["git", "-C", path, "rev-parse", "--show-toplevel"],
-                         capture_output=True, text=True)
-    if top.returncode != 0:
-        raise SystemExit(f"--commit: {path} is not inside a git repository")
-    return top.stdout.strip()
-
-
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "render":
@@ -119,7 +109,7 @@ def main(argv=None):
 
     terminate_on_sigterm()
     lm_evidence.snapshot_corpus(args.data, args.results)
-    repo = git_top(args.results) if args.commit else None
+    repo = evidence.results_repository(args.results) if args.commit else None
     finished = lm_evidence.work_queue(items, args.data, args.work, args.results, args.budget,
                                       args.set, commit_repo=repo)
     print(f"[lm] this worker finished: {', '.join(finished) or 'nothing'}")

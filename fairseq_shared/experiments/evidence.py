@@ -233,26 +233,35 @@ def results_repository(results: str) -> str:
     return top.stdout.strip()
 
 
+def evidence_commit(results: str, result: Dict) -> Tuple[List[Path], str]:
+    """The files of a finished evidence run and the commit message."""
+    name, seed = result["name"], result["seed"]
+    return ([result_path(results, name, seed), Path(results) / result["test"]["hypotheses"]],
+            f"evidence: {item_id(name, seed)} finished "
+            f"(BLEU {result['test']['bleu']:.2f}, {result['updates']} updates)")
+
+
 def work_queue(items: Sequence[Tuple[str, int]], data: str, work: str, results: str,
                budget_name: str = "evidence", overrides: Sequence[str] = (),
-               commit_repo: Optional[str] = None, progress=print) -> List[str]:
-    """Run every unfinished, unclaimed item in order; returns the ids this worker finished."""
+               commit_repo: Optional[str] = None, progress=print,
+               run=None, to_commit=evidence_commit, tag: str = "evidence") -> List[str]:
+    """Run every unfinished, unclaimed item in order; returns the ids this worker finished.
+    ``run`` (default :func:`run_item`) trains and scores one item with the same arguments;
+    ``to_commit(results, result)`` names the files and message committed when it finishes."""
+    run = run or run_item
     finished = []
     for name, seed in items:
         if result_path(results, name, seed).exists() or not claim(work, name, seed):
             continue
         try:
-            result = run_item(name, seed, data, work, results, budget_name, overrides, progress)
+            result = run(name, seed, data, work, results, budget_name, overrides, progress)
         finally:
             release(work, name, seed)
         finished.append(item_id(name, seed))
         if commit_repo:
-            paths = [result_path(results, name, seed), Path(results) / result["test"]["hypotheses"]]
-            ok = commit(paths, f"evidence: {item_id(name, seed)} finished "
-                        f"(BLEU {result['test']['bleu']:.2f}, {result['updates']} updates)",
-                        commit_repo)
-            progress(f"[evidence] {'committed' if ok else 'could not commit'} "
-                     f"{item_id(name, seed)}")
+            paths, message = to_commit(results, result)
+            ok = commit(paths, message, commit_repo)
+            progress(f"[{tag}] {'committed' if ok else 'could not commit'} {item_id(name, seed)}")
     return finished
 
 

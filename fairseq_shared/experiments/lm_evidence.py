@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
-from fairseq_shared.experiments.evidence import (claim, commit, item_id, learning_curve,
-                                                 release)
+from fairseq_shared.experiments import evidence
+from fairseq_shared.experiments.evidence import (item_id, learning_curve, result_path,
+                                                 write_result)
 from fairseq_shared.experiments.lm_runs import (LM_CONFIGS, evaluate, load_lm_budget,
                                                 plan_runs, readable)
 from fairseq_shared.experiments.training import log_records, train
@@ -50,10 +51,6 @@ def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
             raise SystemExit(f"--queue: '{part}' needs a seed, as in {name}:1")
         items.append((name, int(seed)))
     return items
-
-
-def result_path(results: str, name: str, seed: int) -> Path:
-    return Path(results) / "runs" / f"{item_id(name, seed)}.json"
 
 
 def lm_paths(data: str) -> Tuple[str, str]:
@@ -155,35 +152,27 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "data": os.path.abspath(bin_dir),
     }
     path = result_path(results, name, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_result(path, result)
     progress(f"[lm] {item_id(name, seed)}: {info['updates']} updates, valid ppl "
              f"{result['valid_ppl']}, test ppl {test['perplexity']:.2f} -> {path}")
     return result
 
 
+def lm_commit(results: str, result: Dict) -> Tuple[List[Path], str]:
+    """The file of a finished LM run and the commit message."""
+    name, seed = result["name"], result["seed"]
+    return ([result_path(results, name, seed)],
+            f"bible_lm: {item_id(name, seed)} finished (test ppl "
+            f"{result['test']['perplexity']:.2f}, {result['updates']} updates)")
+
+
 def work_queue(items: Sequence[Tuple[str, int]], data: str, work: str, results: str,
                budget_name: str = "lm", overrides: Sequence[str] = (),
                commit_repo: Optional[str] = None, progress=print) -> List[str]:
-    """Run every unfinished, unclaimed item in order; returns the ids this worker finished."""
-    finished = []
-    for name, seed in items:
-        if result_path(results, name, seed).exists() or not claim(work, name, seed):
-            continue
-        try:
-            result = run_item(name, seed, data, work, results, budget_name, overrides, progress)
-        finally:
-            release(work, name, seed)
-        finished.append(item_id(name, seed))
-        if commit_repo:
-            ok = commit([result_path(results, name, seed)],
-                        f"bible_lm: {item_id(name, seed)} finished (test ppl "
-                        f"{result['test']['perplexity']:.2f}, {result['updates']} updates)",
-                        commit_repo)
-            progress(f"[lm] {'committed' if ok else 'could not commit'} {item_id(name, seed)}")
-    return finished
+    """The evidence worker loop (claims, one committed file per run) over LM items."""
+    return evidence.work_queue(items, data, work, results, budget_name, overrides,
+                               commit_repo, progress, run=run_item, to_commit=lm_commit,
+                               tag="lm")
 
 
 # ---------------------------------------------------------------------------- rates

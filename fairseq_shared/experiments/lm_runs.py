@@ -14,7 +14,7 @@ import subprocess
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.commands import fairseq_command, fairseq_tool
-from fairseq_shared.experiments.runs import Run
+from fairseq_shared.experiments.runs import Run, set_params_or_skip
 
 # N, M: decoder layers and parameter sets. Equal compute is N = 6 for every shared row, so
 # each is compared with vanilla at 6 layers (same compute) and at 3 (same parameters as the
@@ -147,8 +147,6 @@ def plan_runs(names: List[str], budget: Dict, data: str, runs_dir: str) -> List[
     (or whose flags its model refuses) gets a ``skip_reason`` instead."""
     import logging
 
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
     import fairseq_shared  # noqa: F401
 
     runs = []
@@ -159,13 +157,7 @@ def plan_runs(names: List[str], budget: Dict, data: str, runs_dir: str) -> List[
                 raise SystemExit(f"unknown LM configuration '{name}'; known: "
                                  f"{', '.join(LM_CONFIGS)}")
             run = LMRun(LM_CONFIGS[name], budget, data, runs_dir, runs_dir=runs_dir)
-            if run.arch not in ARCH_MODEL_REGISTRY:
-                run.skip_reason = f"architecture '{run.arch}' is not registered (not built yet)"
-            else:
-                try:
-                    run.params = count_lm_params(run)
-                except (Exception, SystemExit) as e:  # noqa: BLE001  bad flags for this model
-                    run.skip_reason = f"cannot build the model: {type(e).__name__}: {e}"
+            set_params_or_skip(run, count_lm_params)
             runs.append(run)
     finally:
         logging.disable(logging.NOTSET)

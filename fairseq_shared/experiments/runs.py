@@ -151,11 +151,24 @@ def count_params(run: Run) -> int:
         torch.set_num_threads(threads)
 
 
+def set_params_or_skip(run, count) -> None:
+    """``run.params = count(run)``, or the ``skip_reason`` why it cannot be built: an
+    architecture not registered (not built yet), or flags its model refuses."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    if run.arch not in ARCH_MODEL_REGISTRY:
+        run.skip_reason = (f"architecture '{run.arch}' is not registered (not built yet);"
+                           " row skipped")
+        return
+    try:
+        run.params = count(run)
+    except (Exception, SystemExit) as e:  # noqa: BLE001  bad flags for this model
+        run.skip_reason = f"cannot build the model: {type(e).__name__}: {e}"
+
+
 def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
               runs_dir: Optional[str] = None) -> List[Run]:
     import logging
-
-    from fairseq.models import ARCH_MODEL_REGISTRY
 
     import fairseq_shared  # noqa: F401
 
@@ -164,14 +177,7 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
     try:
         for cfg in configs:
             run = Run(cfg, budget, data, out, runs_dir)
-            if run.arch not in ARCH_MODEL_REGISTRY:
-                run.skip_reason = (f"architecture '{run.arch}' is not registered (not built yet);"
-                                   " row skipped")
-            else:
-                try:
-                    run.params = count_params(run)
-                except (Exception, SystemExit) as e:  # noqa: BLE001  bad flags for this model
-                    run.skip_reason = f"cannot build the model: {type(e).__name__}: {e}"
+            set_params_or_skip(run, count_params)
             runs.append(run)
     finally:
         logging.disable(logging.NOTSET)
