@@ -465,3 +465,69 @@ def test_export_to_stock_transformer_lm_and_ctranslate2(lm_run, tmp_path, capsys
     # stock fairseq, no --user-dir: the same perplexity as the shared checkpoint
     _, plain_log = run_tool("fairseq-eval-lm", lm_run["data"], "--path", path, *EVAL_LM)
     assert _eval_lm_loss(plain_log) == lm_run["eval_loss"]
+
+
+def _fairseq_generate(data, checkpoint, out, flags):
+    """fairseq-generate's own main, in this process (so that the cache can be switched off)."""
+    from fairseq import options
+    from fairseq_cli import generate as tool
+
+    parser = options.get_generation_parser(default_task="language_modeling")
+    args = options.parse_args_and_arch(parser, [
+        str(data), "--task", "language_modeling", "--user-dir", USER_DIR, "--path", str(checkpoint),
+        "--gen-subset", "test", "--sample-break-mode", "eos", "--tokens-per-sample", "32",
+        "--max-len-b", "14", "--batch-size", "8", "--num-workers", "0", "--cpu", "--seed", "5",
+        "--results-path", str(out), *flags])
+    tool.main(args)
+    return (out / "generate-test.txt").read_text()
+
+
+@pytest.mark.parametrize("mode", sorted(GENERATION))
+def test_fairseq_generate_with_cache_matches_recomputation(lm_run, tmp_path, monkeypatch, mode):
+    """fairseq-generate --task language_modeling (each test line the prompt, a continuation
+    generated) prints the same hypotheses and scores with the incremental cache as when every
+    step recomputes the whole prefix (fairseq's EnsembleModel told the model has no cache)."""
+    from fairseq.sequence_generator import EnsembleModel
+
+    flags, nbest = {"beam": (["--beam", "4"], 1), "sampling": (
+        ["--sampling", "--sampling-topk", "6", "--beam", "3", "--nbest", "3"], 3)}[mode]
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    with_cache = []  # per decoder call: was an incremental state passed?
+    forward = TransformerDecoderBase.forward
+    monkeypatch.setattr(TransformerDecoderBase, "forward", lambda self, *a, **kw: (
+        with_cache.append(kw.get("incremental_state") is not None), forward(self, *a, **kw))[1])
+    cached = _fairseq_generate(lm_run["data"], lm_run["checkpoint"], tmp_path / "cached", flags)
+    assert with_cache and all(with_cache)
+    with_cache.clear()
+    monkeypatch.setattr(EnsembleModel, "has_incremental_states", lambda self: False)
+    recomputed = _fairseq_generate(lm_run["data"], lm_run["checkpoint"], tmp_path / "full", flags)
+    assert with_cache and not any(with_cache)
+    hyps = [line for line in cached.splitlines() if line.startswith("H-")]
+    sources = {l.split("\t")[0][2:]: l.split("\t")[1] for l in cached.splitlines() if l.startswith("S-")}
+    assert len(hyps) == nbest * len(sources) and len(sources) >= 10
+    assert sum(len(h.split("\t")[2].split()) > len(sources[h.split("\t")[0][2:]].split())
+               for h in hyps) >= len(hyps) // 4  # prompts continued, not only echoed
+    a, b = _generate_lines(cached), _generate_lines(recomputed)
+    assert [(key, text) for key, text, _ in a] == [(key, text) for key, text, _ in b]
+    for (key, _, scores_a), (_, _, scores_b) in zip(a, b):  # fp32: sums in another order,
+        # and P lines are printed to 4 decimals, so a last-bit difference can flip the rounding
+        torch.testing.assert_close(scores_a, scores_b, rtol=0,
+                                   atol=1.01e-4 if key.startswith("P") else 1e-5)
+
+
+def _generate_lines(output):
+    """(id, text, scores) of fairseq-generate's S/H/D/P lines; a P line's text is empty."""
+    lines = []
+    for line in output.splitlines():
+        kind, _, rest = line.partition("-")
+        if kind not in ("S", "H", "D", "P"):
+            continue
+        fields = rest.split("\t")
+        if kind == "P":
+            lines.append((f"P-{fields[0]}", "", torch.tensor([float(x) for x in fields[1].split()])))
+        elif kind == "S":
+            lines.append((f"S-{fields[0]}", fields[1], torch.tensor([])))
+        else:
+            lines.append((f"{kind}-{fields[0]}", fields[2], torch.tensor([float(fields[1])])))
+    return lines
