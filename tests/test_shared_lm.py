@@ -487,12 +487,11 @@ def test_fairseq_generate_with_cache_matches_recomputation(lm_run, tmp_path, mon
     """fairseq-generate --task language_modeling (each test line the prompt, a continuation
     generated) prints the same hypotheses and scores with the incremental cache as when every
     step recomputes the whole prefix (fairseq's EnsembleModel told the model has no cache)."""
+    from fairseq.models.transformer import TransformerDecoderBase
     from fairseq.sequence_generator import EnsembleModel
 
     flags, nbest = {"beam": (["--beam", "4"], 1), "sampling": (
         ["--sampling", "--sampling-topk", "6", "--beam", "3", "--nbest", "3"], 3)}[mode]
-    from fairseq.models.transformer import TransformerDecoderBase
-
     with_cache = []  # per decoder call: was an incremental state passed?
     forward = TransformerDecoderBase.forward
     monkeypatch.setattr(TransformerDecoderBase, "forward", lambda self, *a, **kw: (
