@@ -502,12 +502,12 @@ def test_fairseq_generate_with_cache_matches_recomputation(lm_run, tmp_path, mon
     monkeypatch.setattr(EnsembleModel, "has_incremental_states", lambda self: False)
     recomputed = _fairseq_generate(lm_run["data"], lm_run["checkpoint"], tmp_path / "full", flags)
     assert with_cache and not any(with_cache)
-    hyps = [line for line in cached.splitlines() if line.startswith("H-")]
-    sources = {l.split("\t")[0][2:]: l.split("\t")[1] for l in cached.splitlines() if l.startswith("S-")}
-    assert len(hyps) == nbest * len(sources) and len(sources) >= 10
-    assert sum(len(h.split("\t")[2].split()) > len(sources[h.split("\t")[0][2:]].split())
-               for h in hyps) >= len(hyps) // 4  # prompts continued, not only echoed
     a, b = _generate_lines(cached), _generate_lines(recomputed)
+    sources = {key[2:]: text for key, text, _ in a if key.startswith("S-")}
+    hyps = [(key[2:], text) for key, text, _ in a if key.startswith("H-")]
+    assert len(hyps) == nbest * len(sources) and len(sources) >= 10
+    assert sum(len(text.split()) > len(sources[sid].split())
+               for sid, text in hyps) >= len(hyps) // 4  # prompts continued, not only echoed
     assert [(key, text) for key, text, _ in a] == [(key, text) for key, text, _ in b]
     for (key, _, scores_a), (_, _, scores_b) in zip(a, b):  # fp32: sums in another order,
         # and P lines are printed to 4 decimals, so a last-bit difference can flip the rounding
