@@ -71,10 +71,11 @@ def incremental_vs_full(model, tokens, pad):
     return torch.cat(steps, dim=1)[keep], full[keep], state
 
 
-def generation_args(*flags):
+def generation_args(*flags, data="/nonexistent-data"):
+    """fairseq-generate's arguments for ``--task language_modeling`` on ``data``."""
     return options.parse_args_and_arch(
         options.get_generation_parser(default_task="language_modeling"),
-        ["/nonexistent-data", "--task", "language_modeling", *flags],
+        [str(data), "--task", "language_modeling", *flags],
     )
 
 

@@ -30,6 +30,7 @@ from helpers_lm import (
     TINY_LM,
     build_lm,
     generate,
+    generation_args,
     incremental_vs_full,
     lm_sharing_flags,
     parse_lm_args,
@@ -469,16 +470,13 @@ def test_export_to_stock_transformer_lm_and_ctranslate2(lm_run, tmp_path, capsys
 
 def _fairseq_generate(data, checkpoint, out, flags):
     """fairseq-generate's own main, in this process (so that the cache can be switched off)."""
-    from fairseq import options
     from fairseq_cli import generate as tool
 
-    parser = options.get_generation_parser(default_task="language_modeling")
-    args = options.parse_args_and_arch(parser, [
-        str(data), "--task", "language_modeling", "--user-dir", USER_DIR, "--path", str(checkpoint),
+    tool.main(generation_args(
+        "--user-dir", USER_DIR, "--path", str(checkpoint),
         "--gen-subset", "test", "--sample-break-mode", "eos", "--tokens-per-sample", "32",
         "--max-len-b", "14", "--batch-size", "8", "--num-workers", "0", "--cpu", "--seed", "5",
-        "--results-path", str(out), *flags])
-    tool.main(args)
+        "--results-path", str(out), *flags, data=data))
     return (out / "generate-test.txt").read_text()
 
 
