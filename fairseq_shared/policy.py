@@ -23,6 +23,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from fairseq_shared.sharing import comma_separated_ints
+
 FLAGS = {
     "self": "--san-self-policy",
     "cross": "--san-cross-policy",
@@ -50,9 +52,8 @@ def _allowed(num_layers: int) -> str:
 def parse_policy(text, num_layers: int, flag: str = "--san-policy") -> List[int]:
     """Parse ``"1,5"`` (or a list of ints) into block sizes, validating against ``num_layers``."""
     if isinstance(text, str):
-        parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
-        try:
-            blocks = [int(p) for p in parts]
+        try:  # the sharing patterns' syntax: "1,,5" or "1 5" is refused, not read as 1,5
+            blocks = comma_separated_ints(text) if text.strip() else []
         except ValueError:
             raise PolicyError(
                 f"{flag}: '{text}' is not a list of integers; allowed: {_allowed(num_layers)}"

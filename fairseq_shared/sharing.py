@@ -12,6 +12,7 @@ the smallest k that gives M, k = ceil(N/M). Any other map is an explicit pattern
 """
 
 import math
+import re
 from typing import List, Optional, Sequence
 
 STRATEGIES = ("none", "sequence", "cycle", "cycle_rev", "universal")
@@ -42,10 +43,24 @@ def is_pattern(strategy: str) -> bool:
     return "," in strategy or strategy.strip().isdigit()
 
 
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+
+
+def comma_separated_ints(text: str) -> List[int]:
+    """``"1,2, 3"`` -> ``[1, 2, 3]``: the one syntax of the integer lists the flags take
+    (sharing patterns here, SAN policies in :mod:`fairseq_shared.policy`). Every entry is an
+    integer; an empty entry (``1,,5``, ``1,5,``) or another separator (``1 5``) raises
+    ValueError rather than being read as some other list."""
+    entries = text.split(",")
+    if not all(_INTEGER.fullmatch(e) for e in entries):
+        raise ValueError(f"not a comma-separated list of integers: {text!r}")
+    return [int(e) for e in entries]
+
+
 def parse_pattern(pattern: str, num_layers: int, flag: str) -> List[int]:
     """Parse a 1-based pattern like ``1,2,3,3,2,1`` into 0-based set indices."""
     try:
-        ids = [int(x) for x in pattern.split(",")]
+        ids = comma_separated_ints(pattern)
     except ValueError:
         raise SharingConfigError(
             f"{flag}: '{pattern}' is not a valid value; allowed: {_allowed_strategies()}"

@@ -113,3 +113,69 @@ def test_heldout_baseline_on_decoded_ids_and_score_without(tmp_path):
     assert got["bleu"] == round(sacrebleu.corpus_bleu(lookup[1:], [refs[1:]]).score, 2)
     clean = audit.score_without(["x", refs[1], refs[2]], refs, drop=[0])
     assert clean["bleu"] == 100.0 and clean["n"] == 2
+
+
+def _write_corpus(raw, splits):
+    for split, pairs in splits.items():
+        pipeline.write_lines(raw / f"{split}.es", (s for s, _ in pairs))
+        pipeline.write_lines(raw / f"{split}.en", (t for _, t in pairs))
+
+
+def _audit(raw, *extra):
+    return subprocess.run([sys.executable, "-m", "fairseq_shared.data.audit", str(raw), "-k", "3",
+                           *extra], capture_output=True, text=True, cwd=ROOT)
+
+
+def _one_line_error(proc):
+    """The command's error: one line, no traceback (fairseq's own import-time INFO lines aside)."""
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if not l.startswith("INFO:")]
+    assert len(lines) == 1 and lines[0].startswith("audit: error: "), proc.stderr
+    return lines[0]
+
+
+def test_exact_duplicates_match_after_whitespace_normalisation():
+    src, tgt = [s for s, _ in TRAIN], [t for _, t in TRAIN]
+    # train line 6 again, with a trailing space, a doubled inner space and a tab
+    held = [("Jesús  lloró. ", "Jesus\twept.  "), HELD[2]]
+    r = audit.audit_split([s for s, _ in held], [t for _, t in held], src, tgt, k=3)
+    assert r["exact_duplicates"] == {"source": 1, "target": 1, "pair": 1}
+    assert audit.normalise_space("  a \t b  c ") == "a b c"
+
+
+def test_a_split_with_one_side_missing_is_refused_naming_the_file(tmp_path):
+    raw = tmp_path / "raw"
+    _write_corpus(raw, {"train": TRAIN, "valid": HELD[2:], "test": HELD})
+    (raw / "valid.es").unlink()
+    err = _one_line_error(_audit(raw))
+    assert "valid.es: missing" in err and not (tmp_path / "audit.json").exists()
+
+
+def test_a_split_with_neither_side_is_a_stated_row(tmp_path):
+    raw = tmp_path / "raw"
+    _write_corpus(raw, {"train": TRAIN, "test": HELD})
+    proc = _audit(raw)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "audit.json").read_text())
+    assert list(report["splits"]) == ["test"]
+    assert report["absent"] == {"valid": ["valid.es", "valid.en"]}
+    assert "| valid | absent: no valid.es or valid.en |" in (tmp_path / "audit.md").read_text()
+
+
+def test_unequal_empty_and_undecodable_files_are_refused_with_file_and_line(tmp_path):
+    raw = tmp_path / "raw"
+    _write_corpus(raw, {"train": TRAIN, "valid": HELD[2:], "test": HELD})
+    pipeline.write_lines(raw / "test.en", [t for _, t in HELD[:2]])  # 3 sources, 2 targets
+    err = _one_line_error(_audit(raw))
+    assert "test.es has 3 lines" in err and "test.en 2" in err and "before line 3" in err
+
+    _write_corpus(raw, {"test": HELD})
+    (raw / "valid.en").write_bytes(b"")
+    assert "valid.en: empty" in _one_line_error(_audit(raw))
+
+    _write_corpus(raw, {"valid": HELD[2:]})
+    lines = (raw / "train.es").read_bytes().split(b"\n")
+    lines[3] = "Estos son los nombres de los hijos de Israel, señor.".encode("latin-1")
+    (raw / "train.es").write_bytes(b"\n".join(lines))
+    err = _one_line_error(_audit(raw))
+    assert "train.es: line 4: byte 0xf1" in err and "not UTF-8" in err

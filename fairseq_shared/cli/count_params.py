@@ -25,6 +25,7 @@ from fairseq.tasks.translation import TranslationTask
 import fairseq_shared  # noqa: F401
 from fairseq_shared.models.config import describe_relaxation
 from fairseq_shared.modules.lora import delta_parameter_count
+from fairseq_shared.sharing import SharingConfigError
 
 
 def build(arch: str, vocab: int, extra=()):
@@ -104,7 +105,10 @@ def main(argv=None):
         model = build(arch, args.vocab)
         row = f"| `{arch}` | {layers(model)} | {count(model) / 1e6:.2f}M |"
         if any(relax):
-            row += relaxed_cells(arch, args.vocab, model, *relax)
+            try:
+                row += relaxed_cells(arch, args.vocab, model, *relax)
+            except SharingConfigError as e:  # e.g. a rank above the layers' width
+                parser.error(f"--lora-rank {args.lora_rank} for {arch}: {e}")
         print(row, flush=True)
         del model
 

@@ -28,6 +28,7 @@ import os
 
 import torch
 
+from fairseq_shared.cli.flags import positive_int, unit_interval, unit_interval_list
 from fairseq_shared.policy import format_policy
 from fairseq_shared.san.learn import learn_policy
 
@@ -37,21 +38,16 @@ def main(argv=None):
     p.add_argument("checkpoint")
     p.add_argument("--data", help="data-bin directory (default: the one stored in the checkpoint)")
     p.add_argument("--subset", default="valid")
-    p.add_argument("--theta", type=float, default=0.9)
+    p.add_argument("--theta", type=unit_interval, default=0.9)
     p.add_argument("--similarity", choices=("per_head", "head_avg"), default="per_head")
-    p.add_argument("--max-sentences", type=int, default=400)
-    p.add_argument("--max-tokens", type=int, default=4000)
-    p.add_argument("--sweep", default=None, metavar="THETAS",
+    p.add_argument("--max-sentences", type=positive_int, default=400)
+    p.add_argument("--max-tokens", type=positive_int, default=4000)
+    p.add_argument("--sweep", type=unit_interval_list, default=None, metavar="THETAS",
                    help="also record the policies these comma-separated thresholds would give, "
                    "for both similarity kinds (DIR/sweep.md, 'sweep' in policy.json)")
     p.add_argument("--out-dir", required=True)
     a = p.parse_args(argv)
-    thetas = None
-    if a.sweep:
-        try:
-            thetas = [float(t) for t in a.sweep.split(",")]
-        except ValueError:
-            p.error(f"--sweep: expected comma-separated numbers such as 0.7,0.8,0.9, got {a.sweep!r}")
+    thetas = a.sweep or None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     policy = learn_policy(a.checkpoint, a.out_dir, a.data, a.subset, a.theta, a.similarity,

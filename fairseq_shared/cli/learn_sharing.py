@@ -19,6 +19,7 @@ import os
 import torch
 
 from fairseq_shared import learn_sharing as library
+from fairseq_shared.cli.flags import positive_int, unit_interval
 
 
 def main(argv=None):
@@ -27,16 +28,16 @@ def main(argv=None):
     p.add_argument("checkpoint")
     p.add_argument("--data", help="data-bin directory (default: the one stored in the checkpoint)")
     choice = p.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--sets", type=int, metavar="M", help="parameter sets per stack")
-    choice.add_argument("--threshold", type=float, metavar="T",
+    choice.add_argument("--sets", type=positive_int, metavar="M", help="parameter sets per stack")
+    choice.add_argument("--threshold", type=unit_interval, metavar="T",
                         help="a layer joins the group before it while its similarity to each "
                         "of the group's layers is >= T (clustered: while the best mean is >= T)")
     p.add_argument("--measure", choices=library.MEASURES, default="cka")
     p.add_argument("--grouping", choices=library.GROUPINGS, default="adjacent",
                    help="which pattern the flags give: adjacent groups (default) or clustered")
     p.add_argument("--subset", default="valid")
-    p.add_argument("--max-sentences", type=int, default=400)
-    p.add_argument("--max-tokens", type=int, default=4000, help="batch size in tokens")
+    p.add_argument("--max-sentences", type=positive_int, default=400)
+    p.add_argument("--max-tokens", type=positive_int, default=4000, help="batch size in tokens")
     p.add_argument("--out-dir", default="learn_sharing")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO,

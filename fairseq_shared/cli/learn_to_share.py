@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import List
 
+from fairseq_shared.cli.flags import positive_int, unit_interval
 from fairseq_shared.san import learn_to_share as library
 from fairseq_shared.san.learn_to_share import learn_to_share
 
@@ -27,13 +28,13 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
     p.add_argument("--work-dir", required=True)
-    p.add_argument("--round-updates", type=int, required=True)
-    p.add_argument("--final-updates", type=int, required=True)
-    p.add_argument("--max-rounds", type=int, default=5)
-    p.add_argument("--theta", type=float, default=0.9)
+    p.add_argument("--round-updates", type=positive_int, required=True)
+    p.add_argument("--final-updates", type=positive_int, required=True)
+    p.add_argument("--max-rounds", type=positive_int, default=5)
+    p.add_argument("--theta", type=unit_interval, default=0.9)
     p.add_argument("--similarity", choices=("per_head", "head_avg"), default="per_head")
     p.add_argument("--subset", default="valid")
-    p.add_argument("--max-sentences", type=int, default=400)
+    p.add_argument("--max-sentences", type=positive_int, default=400)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     result = learn_to_share(a.data, a.work_dir, train_flags, a.round_updates, a.final_updates,

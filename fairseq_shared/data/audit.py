@@ -20,6 +20,11 @@ pairs per held-out pair and side; then sacreBLEU's sentence chrF on the candidat
 duplicate that is not among the top ``k`` by character n-grams on either side is missed; with
 k = 10 and chrF >= 70 that needs ten closer training verses, each of which is then reported.
 
+Exact duplicates are matched after whitespace normalisation (ends stripped, runs of spaces
+and tabs made one space). The audit is whole or refuses: a held-out split with one side
+missing, two sides of unequal length, an empty side or bytes that are not UTF-8 stop it with
+the file (and line) named; a requested split with neither side is a stated ``absent`` row.
+
 Writes ``audit.json`` and ``audit.md`` under ``--out`` (default: the parent of ``RAW_DIR``).
 With ``--max-contamination X`` it exits with status 1 when the test split's share of
 near-duplicates at chrF >= 70 is above X.
@@ -36,6 +41,15 @@ import numpy as np
 THRESHOLDS = (50, 60, 70, 80, 90)
 NEAR_DUPLICATE = 70  # the threshold the corpus builders act on
 DEFAULT_K = 10
+
+
+class AuditError(ValueError):
+    """A corpus the audit cannot report on whole; the message names the file (and line)."""
+
+
+def normalise_space(text: str) -> str:
+    """The form exact duplicates are compared in: ends stripped, inner whitespace runs one space."""
+    return " ".join(text.split())
 
 
 class CharNgramIndex:
@@ -134,8 +148,10 @@ def audit_split(held_src, held_tgt, train_src, train_tgt, k=DEFAULT_K, indexes=N
 
     indexes = indexes or (CharNgramIndex(train_src), CharNgramIndex(train_tgt))
     n = len(held_src)
-    train_src_set, train_tgt_set = set(train_src), set(train_tgt)
-    train_pairs = set(zip(train_src, train_tgt))
+    norm_src, norm_tgt = list(map(normalise_space, held_src)), list(map(normalise_space, held_tgt))
+    train_src_set = set(map(normalise_space, train_src))
+    train_tgt_set = set(map(normalise_space, train_tgt))
+    train_pairs = set(zip(map(normalise_space, train_src), map(normalise_space, train_tgt)))
     closest = closest_train(held_src, held_tgt, train_src, train_tgt, k, indexes)
     scores = np.array([c["score"] for c in closest])
     lookup = lookup_translations(held_src, train_src, train_tgt, k, indexes[0])
@@ -144,9 +160,9 @@ def audit_split(held_src, held_tgt, train_src, train_tgt, k=DEFAULT_K, indexes=N
     return {
         "pairs": n,
         "exact_duplicates": {
-            "source": sum(s in train_src_set for s in held_src),
-            "target": sum(t in train_tgt_set for t in held_tgt),
-            "pair": sum(p in train_pairs for p in zip(held_src, held_tgt)),
+            "source": sum(s in train_src_set for s in norm_src),
+            "target": sum(t in train_tgt_set for t in norm_tgt),
+            "pair": sum(p in train_pairs for p in zip(norm_src, norm_tgt)),
         },
         "near_duplicate_share": {str(t): float(np.mean(scores >= t)) if n else 0.0
                                  for t in THRESHOLDS},
@@ -166,8 +182,35 @@ def audit_split(held_src, held_tgt, train_src, train_tgt, k=DEFAULT_K, indexes=N
 
 
 def read_lines(path) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    """The lines of a UTF-8 text file; bytes that are not UTF-8 raise AuditError naming the
+    file, line and byte."""
+    lines = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\n"))
+            except UnicodeDecodeError as e:
+                raise AuditError(f"{path}: line {number}: byte 0x{raw[e.start]:02x} at column "
+                                 f"{e.start + 1} is not UTF-8 (the audit reads UTF-8 text; "
+                                 f"re-encode the file, e.g. iconv -f latin1 -t utf-8)") from None
+    return lines
+
+
+def read_side_pair(src_path, tgt_path):
+    """Both sides of a split, refused unless both exist, neither is empty and they have equal
+    line counts (line i of one is the translation of line i of the other)."""
+    missing = [str(p) for p in (src_path, tgt_path) if not Path(p).exists()]
+    if missing:
+        raise AuditError(f"{' and '.join(missing)}: missing (each split needs both sides)")
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    for path, lines in ((src_path, src), (tgt_path, tgt)):
+        if not any(line.strip() for line in lines):
+            raise AuditError(f"{path}: empty ({len(lines)} lines, none with text)")
+    if len(src) != len(tgt):
+        shorter, longer = (src_path, tgt_path) if len(src) < len(tgt) else (tgt_path, src_path)
+        raise AuditError(f"{src_path} has {len(src)} lines, {tgt_path} {len(tgt)}: {shorter} "
+                         f"ends before line {min(len(src), len(tgt)) + 1} of {longer}")
+    return src, tgt
 
 
 def target_file(raw: Path, split: str, tgt: str) -> Path:
@@ -177,18 +220,30 @@ def target_file(raw: Path, split: str, tgt: str) -> Path:
 
 
 def audit_corpus(raw_dir, src="es", tgt="en", splits=("valid", "test"), k=DEFAULT_K) -> Dict:
+    """The audit of every split in ``splits`` against train. Every present split is read and
+    checked before any is scored (AuditError on a bad file); a split with neither side is
+    listed under ``absent`` with the files looked for, never silently dropped."""
     raw = Path(raw_dir)
-    train_src, train_tgt = read_lines(raw / f"train.{src}"), read_lines(raw / f"train.{tgt}")
+    train_src, train_tgt = read_side_pair(raw / f"train.{src}", raw / f"train.{tgt}")
+    held, absent = {}, {}
+    for split in splits:
+        src_path, tgt_path = raw / f"{split}.{src}", target_file(raw, split, tgt)
+        if not src_path.exists() and not tgt_path.exists():
+            absent[split] = [src_path.name, f"{split}.{tgt}"]
+            continue
+        if not tgt_path.exists():
+            raise AuditError(f"{raw / f'{split}.{tgt}'}: missing, beside {src_path} (each split "
+                             f"needs both sides; or leave {split} out of --splits)")
+        if not src_path.exists():
+            raise AuditError(f"{src_path}: missing, beside {tgt_path} (each split needs both "
+                             f"sides; or leave {split} out of --splits)")
+        held[split] = read_side_pair(src_path, tgt_path)
     indexes = (CharNgramIndex(train_src), CharNgramIndex(train_tgt))
     report = {"raw_dir": str(raw), "src": src, "tgt": tgt, "train_pairs": len(train_src),
               "k": k, "retrieval": "TF-IDF char_wb 3-5-grams, cosine; then sentence chrF",
-              "splits": {}}
-    for split in splits:
-        if not (raw / f"{split}.{src}").exists() or not target_file(raw, split, tgt).exists():
-            continue
-        report["splits"][split] = audit_split(
-            read_lines(raw / f"{split}.{src}"), read_lines(target_file(raw, split, tgt)),
-            train_src, train_tgt, k, indexes)
+              "splits": {}, "absent": absent}
+    for split, (held_src, held_tgt) in held.items():
+        report["splits"][split] = audit_split(held_src, held_tgt, train_src, train_tgt, k, indexes)
     return report
 
 
@@ -210,6 +265,9 @@ def render_markdown(report: Dict) -> str:
         shares = " | ".join(f"{100 * r['near_duplicate_share'][str(t)]:.1f}%" for t in THRESHOLDS)
         lines.append(f"| {split} | {r['pairs']:,} | {e['source']} / {e['target']} / {e['pair']} | "
                      f"{shares} | {r['lookup']['bleu']:.2f} | {r['lookup']['chrf']:.2f} |")
+    for split, files in report.get("absent", {}).items():
+        lines.append(f"| {split} | absent: no {' or '.join(files)} |"
+                     + " |" * (len(THRESHOLDS) + 3))
     lines += ["", "Lookup baseline: the target side of the training pair whose source is most "
               "similar (no model).", ""]
     for split, r in report["splits"].items():
@@ -293,7 +351,11 @@ def main(argv=None):
                 f"{{train,valid,test}}.{{{args.src},{args.tgt}}}; see --src/--tgt)")
     if args.k < 1:
         p.error(f"-k must be >= 1, got {args.k}")
-    report = audit_corpus(raw, args.src, args.tgt, args.splits, args.k)
+    try:
+        report = audit_corpus(raw, args.src, args.tgt, args.splits, args.k)
+    except AuditError as e:
+        print(f"audit: error: {e}", file=sys.stderr)
+        return 2
     paths = write_report(report, args.out or raw.parent)
     print(render_markdown(report).split("\n## ")[0])
     print(f"wrote {paths['md']} and {paths['json']}")

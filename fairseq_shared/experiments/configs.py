@@ -113,7 +113,13 @@ BUDGETS: Dict[str, Dict] = {
 }
 
 
+#: keys a budget may leave out (runs.py reads them with a default)
+OPTIONAL_BUDGET_KEYS = ("equal_updates", "normalize_before", "keep_interval_updates")
+
+
 def load_budget(name_or_path: str, overrides: Optional[List[str]] = None) -> Dict:
+    """A budget by name or JSON file, with ``--set KEY=VALUE`` overrides; every value is
+    checked (:func:`check_budget`) before anything runs."""
     if name_or_path in BUDGETS:
         budget = dict(BUDGETS[name_or_path], name=name_or_path)
     elif os.path.exists(name_or_path):
@@ -122,17 +128,77 @@ def load_budget(name_or_path: str, overrides: Optional[List[str]] = None) -> Dic
     else:
         raise SystemExit(f"--budget: '{name_or_path}' is neither one of {list(BUDGETS)} "
                          "nor a JSON file")
+    origin, known = {}, sorted({*budget, *OPTIONAL_BUDGET_KEYS})
     for item in overrides or []:
         key, sep, value = item.partition("=")
-        if not sep or key not in budget:
-            raise SystemExit(f"--set {item}: expected KEY=VALUE with KEY one of {sorted(budget)}")
+        if not sep or key not in known:
+            raise SystemExit(f"--set {item}: expected KEY=VALUE with KEY one of {known}")
         budget[key] = _parse_value(value)
+        origin[key] = f"--set {item}"
+    return check_budget(budget, origin, f"--budget {name_or_path}")
+
+
+def _count(v, least=1):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# key -> (is the value allowed, the allowed values in words). Budgets of the LM runs
+# (experiments/lm_runs.py) add tokens_per_sample and eval_max_tokens.
+_BUDGET_RULES = {
+    **{k: (_count, "an integer >= 1") for k in (
+        "L", "dim", "ffn", "heads", "max_update", "max_tokens", "threads", "decode_threads",
+        "beam", "batch_size", "repeats", "log_interval", "tokens_per_sample",
+        "eval_max_tokens")},
+    **{k: (lambda v: _count(v, 0), "an integer >= 0") for k in (
+        "warmup_updates", "warmup_passes", "seed", "max_len_b")},
+    "save_interval_updates": (lambda v: _count(v, 0), "an integer >= 0 (0: none)"),
+    "keep_interval_updates": (lambda v: _count(v, -1), "an integer >= -1 (-1: keep all)"),
+    **{k: (lambda v: v is None or _count(v), "an integer >= 1, or none (all)")
+       for k in ("subset", "warmup_batches")},
+    "max_minutes": (lambda v: v is None or (_number(v) and v > 0), "a number > 0, or none"),
+    "dropout": (lambda v: _number(v) and 0 <= v < 1, "a probability in [0, 1)"),
+    "lr": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "max_len_a": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "lenpen": (_number, "a finite number"),
+    "device": (lambda v: v in ("cpu", "cuda"), "cpu or cuda"),
+    **{k: (lambda v: isinstance(v, bool), "true or false")
+       for k in ("equal_updates", "normalize_before")},
+    "name": (lambda v: isinstance(v, str), "a name"),
+}
+
+
+def check_budget(budget: Dict, origin: Optional[Dict[str, str]] = None,
+                 default_origin: str = "--budget") -> Dict:
+    """The one check of a budget's values: every key known, counts positive, probabilities in
+    [0, 1), and the heads dividing the width. Raises SystemExit naming where the value came
+    from (``--set max_update=-5`` or the budget) and the allowed values."""
+    origin = origin or {}
+
+    def refuse(key, why):
+        raise SystemExit(f"{origin.get(key, default_origin)}: {why}")
+
+    for key, value in budget.items():
+        if key not in _BUDGET_RULES:
+            refuse(key, f"unknown key '{key}'; known: {', '.join(sorted(_BUDGET_RULES))}")
+        ok, allowed = _BUDGET_RULES[key]
+        if not ok(value):
+            refuse(key, f"{key}={value!r} is out of range; allowed: {allowed}")
+    if budget.get("dim") and budget.get("heads") and budget["dim"] % budget["heads"]:
+        refuse("heads" if "heads" in origin else "dim",
+               f"heads={budget['heads']} does not divide dim={budget['dim']}; allowed: a "
+               f"divisor of dim")
     return budget
 
 
 def _parse_value(v: str):
     if v.lower() in ("none", "null", ""):
         return None
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
     for cast in (int, float):
         try:
             return cast(v)

@@ -181,6 +181,24 @@ def _lora_rank(value, flag: str) -> int:
     return value
 
 
+def _refuse_lora_rank_above_width(args, stack: str, scope: str, rank: int, flag: str) -> None:
+    """A delta of rank R on a d_out x d_in weight is full-rank once R >= min(d_out, d_in);
+    a larger R only adds parameters. The width is the smallest side of the stack's tied
+    Linear weights: its embedding dim, its FFN dim (scopes all, ffn) and, for the decoder's
+    encoder-decoder K/V projections, the encoder's embedding dim (scopes all, attn)."""
+    dims = {"embedding dim": getattr(args, f"{stack}_embed_dim", None)}
+    if scope in ("all", "ffn"):
+        dims["FFN dim"] = getattr(args, f"{stack}_ffn_embed_dim", None)
+    if stack == "decoder" and scope in ("all", "attn"):
+        dims["encoder embedding dim"] = getattr(args, "encoder_embed_dim", None)
+    dims = {k: v for k, v in dims.items() if isinstance(v, int) and v > 0}
+    width = min(dims.values(), default=None)
+    if width is not None and rank > width:
+        sides = ", ".join(f"{k} {v}" for k, v in dims.items())
+        raise SharingConfigError(f"{flag}: rank {rank} is above the {stack}'s width {width} "
+                                 f"({sides}); allowed: 0 (off) to {width}")
+
+
 def _switch(value, flag: str) -> bool:
     if value in (None, False, "", "false", "False", "0"):  # also 0
         return False
@@ -199,6 +217,7 @@ def relaxation_from_args(args, stack: str, assignment: List[int], scope: str) ->
             for name, flag in (("untie_norms", "untie-norms"), ("untie_biases", "untie-biases"))
         },
     }
+    _refuse_lora_rank_above_width(args, stack, scope, relaxation["lora_rank"], rank_flag)
     ties_nothing = max(assignment) + 1 == len(assignment)
     flags = {"lora_rank": f"{rank_flag} {relaxation['lora_rank']}",
              "untie_norms": f"--{stack}-untie-norms", "untie_biases": f"--{stack}-untie-biases"}

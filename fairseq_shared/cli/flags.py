@@ -1,0 +1,33 @@
+"""argparse types for the tools' numeric flags: each refuses a value out of range while the
+command line is parsed, before any work, with argparse's one-line error naming the flag
+(``argument --threshold: 2.0 is not in [0, 1]``)."""
+
+import argparse
+import math
+
+
+def unit_interval(text: str) -> float:
+    """A number in [0, 1] (a similarity threshold); nan and inf refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number; allowed: 0 to 1") from None
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1]; allowed: 0 to 1")
+    return value
+
+
+def unit_interval_list(text: str) -> list:
+    """Comma-separated numbers, each in [0, 1] (``0.7,0.8,0.9``)."""
+    return [unit_interval(part) for part in text.split(",")]
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (a count: sentences, tokens, sets, rounds, updates)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer; allowed: >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: an integer >= 1")
+    return value

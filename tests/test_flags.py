@@ -1,0 +1,149 @@
+"""Tool flags are validated up front, with a one-line error naming the flag and the allowed
+range: similarity thresholds, counts, budget values (--set), LoRA ranks against the layers'
+width, and SAN policies parsed as strictly as sharing patterns."""
+
+import json
+
+import pytest
+
+from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
+from fairseq_shared.cli.flags import unit_interval
+from fairseq_shared.experiments.configs import BUDGETS, check_budget, load_budget
+from fairseq_shared.policy import PolicyError, parse_policy
+from fairseq_shared.sharing import SharingConfigError, comma_separated_ints, parse_pattern
+from helpers_model import TINY, build_model
+
+
+def _usage_error(main, argv, capsys):
+    """``main(argv)`` stops while parsing (exit 2) with argparse's one error line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    errors = [l for l in capsys.readouterr().err.splitlines() if ": error: " in l]
+    assert len(errors) == 1
+    return errors[0]
+
+
+@pytest.mark.parametrize("main,argv,needle", [
+    (learn_sharing.main, ["ck.pt", "--threshold", "2"], "argument --threshold: 2 is not in [0, 1]"),
+    (learn_sharing.main, ["ck.pt", "--threshold", "nan"], "argument --threshold: nan is not in"),
+    (learn_sharing.main, ["ck.pt", "--threshold", "-0.1"], "argument --threshold: -0.1 is not"),
+    (learn_sharing.main, ["ck.pt", "--sets", "0"], "argument --sets: 0 is out of range; allowed: "
+                                                   "an integer >= 1"),
+    (learn_sharing.main, ["ck.pt", "--sets", "2", "--max-sentences", "-1"],
+     "argument --max-sentences: -1 is out of range"),
+    (learn_policy.main, ["ck.pt", "--out-dir", "d", "--theta", "2"],
+     "argument --theta: 2 is not in [0, 1]"),
+    (learn_policy.main, ["ck.pt", "--out-dir", "d", "--theta", "nan"], "argument --theta: nan"),
+    (learn_policy.main, ["ck.pt", "--out-dir", "d", "--sweep", "0.5,1.5"],
+     "argument --sweep: 1.5 is not in [0, 1]"),
+    (learn_policy.main, ["ck.pt", "--out-dir", "d", "--sweep", "0.5,x"],
+     "argument --sweep: 'x' is not a number"),
+    (learn_to_share.main, ["data", "--work-dir", "w", "--round-updates", "10",
+                           "--final-updates", "10", "--theta", "1.5"], "argument --theta: 1.5"),
+    (learn_to_share.main, ["data", "--work-dir", "w", "--round-updates", "0",
+                           "--final-updates", "10"], "argument --round-updates: 0 is out of"),
+])
+def test_out_of_range_tool_flags_stop_while_parsing(main, argv, needle, capsys):
+    assert needle in _usage_error(main, argv, capsys)
+
+
+def test_unit_interval_keeps_its_ends():
+    assert [unit_interval(t) for t in ("0", "0.9", "1")] == [0.0, 0.9, 1.0]
+
+
+# ---- budgets (--set) ------------------------------------------------------------------------
+def test_every_budget_passes_its_own_check():
+    from fairseq_shared.experiments.lm_runs import LM_BUDGETS
+
+    for name in BUDGETS:
+        assert load_budget(name)["name"] == name
+    for name, budget in LM_BUDGETS.items():
+        check_budget(dict(budget, name=name, L=3))
+
+
+@pytest.mark.parametrize("item,needle", [
+    ("max_update=-5", "--set max_update=-5: max_update=-5 is out of range; allowed: an integer >= 1"),
+    ("max_update=2.5", "allowed: an integer >= 1"),
+    ("max_tokens=0", "max_tokens=0 is out of range"),
+    ("beam=0", "beam=0 is out of range"),
+    ("max_len_b=-5", "allowed: an integer >= 0"),
+    ("dropout=1", "allowed: a probability in [0, 1)"),
+    ("dropout=-0.1", "allowed: a probability in [0, 1)"),
+    ("dropout=nan", "allowed: a probability in [0, 1)"),
+    ("lr=0", "allowed: a number > 0"),
+    ("subset=0", "allowed: an integer >= 1, or none (all)"),
+    ("device=tpu", "allowed: cpu or cuda"),
+    ("normalize_before=yes", "allowed: true or false"),
+    ("heads=3", "heads=3 does not divide dim=16"),
+    ("no_such_key=1", "expected KEY=VALUE with KEY one of"),
+])
+def test_bad_set_values_are_refused_naming_the_value(item, needle):
+    with pytest.raises(SystemExit) as e:
+        load_budget("tiny", [item])
+    assert needle in str(e.value) and str(e.value).startswith(f"--set {item}")
+    assert "\n" not in str(e.value)
+
+
+def test_good_set_values_are_read_as_their_types():
+    b = load_budget("tiny", ["max_update=500", "dropout=0", "subset=none", "max_minutes=2.5",
+                             "normalize_before=true", "equal_updates=false"])
+    assert (b["max_update"], b["dropout"], b["subset"], b["max_minutes"]) == (500, 0, None, 2.5)
+    assert b["normalize_before"] is True and b["equal_updates"] is False
+
+
+def test_a_budget_file_with_an_unknown_key_is_refused(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"max_updates": 100}))
+    with pytest.raises(SystemExit, match=f"--budget {path}: unknown key 'max_updates'"):
+        load_budget(str(path))
+
+
+# ---- LoRA rank against the width ------------------------------------------------------------
+D, F = 16, 24  # TINY's widths
+SHARED = TINY + ["--encoder-layers", "2", "--decoder-layers", "2",
+                 "--encoder-share-strategy", "universal", "--decoder-share-strategy", "universal"]
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--encoder-share-lora-rank", "17"], "--encoder-share-lora-rank: rank 17 is above the "
+     "encoder's width 16 (embedding dim 16, FFN dim 24); allowed: 0 (off) to 16"),
+    (["--decoder-share-lora-rank", "100000"], "rank 100000 is above the decoder's width 16"),
+    # scope ffn with an FFN narrower than the model: the FFN dim is the width
+    (["--encoder-ffn-embed-dim", "8", "--encoder-share-scope", "ffn",
+      "--encoder-share-lora-rank", "9"], "width 8 (embedding dim 16, FFN dim 8)"),
+])
+def test_a_lora_rank_above_the_width_is_refused_before_building(flags, needle):
+    with pytest.raises(SharingConfigError) as e:
+        build_model("shared_transformer", SHARED + flags)
+    assert needle in str(e.value)
+
+
+def test_a_lora_rank_equal_to_the_width_builds():
+    from fairseq_shared.modules.lora import delta_parameter_count
+
+    model, _ = build_model("shared_transformer", SHARED + ["--encoder-share-lora-rank", str(D)])
+    # per tied position: 4 attention D x D weights and fc1/fc2, each delta (out + in) x rank
+    assert delta_parameter_count(model.encoder) == 2 * D * (4 * 2 * D + 2 * (D + F))
+
+
+# ---- SAN policies: the sharing patterns' syntax ---------------------------------------------
+@pytest.mark.parametrize("text", ["1,,5", "1,5,", ",1,5", "1 5", "1;5", "1,5.0", "1,x"])
+def test_malformed_lists_are_refused_by_both_parsers(text):
+    with pytest.raises(ValueError):
+        comma_separated_ints(text)
+    with pytest.raises(PolicyError) as e:
+        parse_policy(text, 6, "--san-self-policy")
+    assert str(e.value).startswith("--san-self-policy: ") and "not a list of integers" in str(e.value)
+    with pytest.raises(SharingConfigError):
+        parse_pattern(text, 2, "--decoder-share-strategy")
+
+
+def test_both_parsers_read_the_same_lists():
+    assert parse_policy("1, 5", 6) == [1, 5] and parse_pattern("1, 2", 2, "--x") == [0, 1]
+    assert comma_separated_ints(" 2,2 , 2 ") == [2, 2, 2]
+
+
+def test_a_typo_in_a_san_policy_stops_the_model_build():
+    with pytest.raises(PolicyError, match="--san-self-policy: '1,,5' is not a list of integers"):
+        build_model("transformer_san", TINY + ["--decoder-layers", "6", "--san-self-policy", "1,,5"])
