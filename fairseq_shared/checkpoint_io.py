@@ -131,8 +131,7 @@ LOAD_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, ValueEr
 def read(path: str, reader):
     """``reader(path)`` for a file that :func:`check_readable` accepts, with its loading
     errors as :class:`CheckpointError` naming the file."""
-    local = os.path.isfile(path) or not os.path.exists(path)
-    if local:
+    if "://" not in str(path):  # a local file (fairseq's PathManager also reads URLs)
         check_readable(path)
     try:
         return reader(path)
@@ -298,24 +297,23 @@ def refuse_overwrite(inputs: Sequence[str], outputs: Sequence[str],
                      flags: Optional[dict] = None) -> None:
     """Raise :class:`CheckpointError` when an output path is (or, through a link, would
     replace) one of the inputs, naming both. ``outputs`` are file paths (an output
-    directory: the files written into it, :func:`files_in`); ``flags`` maps a path to the
-    flag that gave it, for the message."""
+    directory: the files written into it, :func:`files_in`); ``flags`` maps an output path
+    to the flag that gave it, for the message."""
     flags = flags or {}
     for out in outputs:
         for inp in inputs:
             if inp and out and _same_file(out, inp):
-                name_out = f"{flags[out]} {out}" if out in flags else out
-                name_in = f"{flags[inp]} {inp}" if inp in flags else inp
-                raise _error(f"{name_out} would overwrite the input {name_in}; write the "
-                             "output to another path")
+                name = f"{flags[out]} {out}" if out in flags else str(out)
+                raise _error(f"{name} would overwrite the input {inp}; write the output to "
+                             "another path")
 
 
 # ---------------------------------------------------------------------------- resuming
-def newest_intact(directory: str, exclude: Iterable[str] = ()) -> Optional[str]:
-    """The most recently written ``checkpoint*.pt`` of ``directory`` that is :func:`intact`
-    (``exclude``: paths not to consider), or None."""
+def newest_intact(directory: str, exclude: Iterable[str] = (), suffix: str = "") -> Optional[str]:
+    """The most recently written ``checkpoint*{suffix}.pt`` of ``directory`` that is
+    :func:`intact` (``exclude``: paths not to consider), or None."""
     skip = {os.path.realpath(p) for p in exclude}
-    candidates = [p for p in glob.glob(os.path.join(directory, "checkpoint*.pt"))
+    candidates = [p for p in glob.glob(os.path.join(glob.escape(directory), f"checkpoint*{suffix}.pt"))
                   if os.path.realpath(p) not in skip and os.path.isfile(p)]
     candidates.sort(key=lambda p: (os.path.getmtime(p), p), reverse=True)
     return next((p for p in candidates if intact(p)), None)

@@ -33,9 +33,16 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def tool_name(module: str) -> str:
+    """``convert_sharing`` for ``fairseq_shared.cli.convert_sharing``, also as ``__main__``."""
+    if module == "__main__":
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = spec.name if spec is not None else os.path.basename(sys.argv[0])
+    return module.rsplit(".", 1)[-1]
+
+
 def command(main):
     """Wrap a command's ``main(argv=None)`` so that its errors are reported as above."""
-    tool = main.__module__.rsplit(".", 1)[-1]
 
     @functools.wraps(main)
     def wrapper(argv: Optional[Sequence[str]] = None):
@@ -48,7 +55,7 @@ def command(main):
         except USER_ERRORS as error:
             if debug_enabled():
                 raise
-            print(f"{tool}: error: {one_line(error)} (--debug shows the traceback)",
+            print(f"{tool_name(main.__module__)}: error: {one_line(error)} (--debug shows the traceback)",
                   file=sys.stderr)
             raise SystemExit(1)
         finally:
