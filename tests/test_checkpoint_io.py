@@ -102,6 +102,11 @@ def test_the_kind_of_model_is_checked(files):
     with pytest.raises(CheckpointError, match="is a translation checkpoint; time_generate needs "
                        "a language model checkpoint"):
         checkpoint_io.load(str(files["good"]), expect="language_model", tool="time_generate")
+    kinds = {name: checkpoint_io.task_kind(name) for name in (
+        "translation", "translation_multi_simple_epoch", "language_modeling", "audio_pretraining")}
+    assert kinds == {"translation": "translation", "translation_multi_simple_epoch": "translation",
+                     "language_modeling": "language_model",
+                     "audio_pretraining": "audio_pretraining"}  # not refused: the tool decides
 
 
 def test_a_moved_data_directory_says_to_pass_data(files):
