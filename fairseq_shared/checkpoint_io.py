@@ -216,9 +216,12 @@ def setup_task(task_cfg, path: str, data: Optional[str] = None):
         if data:
             raise _error(f"--data {data}: {missing} not found (the directory should hold the "
                          f"dict.*.txt files {path} was trained with)", e)
-        raise _error(f"{path}: its data directory {where} has no {missing} (moved since "
-                     "training?); pass --data DIR, the directory with the dict.*.txt files "
-                     "it was trained with", e)
+        first = str(where).split(os.pathsep)[0]
+        lacks = ("does not exist" if not os.path.isdir(first) else
+                 f"has no {os.path.relpath(str(missing), first)}")
+        raise _error(f"{path}: its data directory {where} {lacks} (moved since training?); "
+                     "pass --data DIR, the directory with the dict.*.txt files it was trained "
+                     "with", e)
 
 
 def load_model(path: str, expect: Optional[str] = None, data: Optional[str] = None,
