@@ -22,6 +22,7 @@ import glob
 import os
 import pickle
 import re
+import struct
 import tempfile
 import zipfile
 from typing import Iterable, Optional, Sequence
@@ -117,14 +118,14 @@ def explain_load_error(path: str, error: BaseException) -> CheckpointError:
     detail = f"{type(error).__name__}: {first}" if first else type(error).__name__
     if len(detail) > 160:
         detail = detail[:157] + "..."
-    torn = isinstance(error, (EOFError, RuntimeError)) or "struct" in type(error).__module__
+    torn = isinstance(error, (EOFError, RuntimeError, struct.error))
     why = "truncated or corrupt" if torn else "not a fairseq checkpoint's contents"
     return _error(f"{path}: not a readable checkpoint ({why}; {detail})", error)
 
 
 #: What ``torch.load`` raises for a file it cannot read (a bad file, not a bug).
 LOAD_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, ValueError,
-               ImportError, AttributeError, IndexError, TypeError, __import__("struct").error)
+               ImportError, AttributeError, IndexError, TypeError, struct.error)
 
 
 def read(path: str, reader):
