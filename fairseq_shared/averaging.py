@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_shared import compat  # noqa: F401  (allows fairseq's checkpoint types)
+from fairseq_shared import checkpoint_io
 
 EPOCH_PATTERN = re.compile(r"checkpoint(\d+)\.pt")
 UPDATE_PATTERN = re.compile(r"checkpoint_\d+_(\d+)\.pt")
@@ -73,15 +73,10 @@ def tie_groups(model_state: Dict[str, torch.Tensor]) -> List[Tuple[str, ...]]:
 
 
 def load_checkpoint(path: str) -> dict:
-    if not os.path.isfile(path):
+    """The checkpoint as stored (safe loading; a bad file: :class:`CheckpointError`)."""
+    if not os.path.isfile(path) and not os.path.exists(path):
         raise AverageError(f"--inputs: no such checkpoint file '{path}'")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle.UnpicklingError for anything not allowed
-        raise AverageError(f"cannot load '{path}' safely (weights_only=True): {error}") from error
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise AverageError(f"'{path}' is not a fairseq checkpoint (no 'model' state dict)")
-    return state
+    return checkpoint_io.load_raw(path)
 
 
 def average_checkpoints(inputs: Sequence[str]) -> dict:

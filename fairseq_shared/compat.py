@@ -40,9 +40,24 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    test set is sorted by length) and prints BLEU over those 16, without a word. Only while
    ``fairseq_cli.generate``'s ``_main`` runs is that dropped batch given back; training and
    validation batches are fairseq's.
+
+6. :func:`explain_bad_checkpoint_files` -- fairseq reads every checkpoint file through
+   ``checkpoint_utils.load_checkpoint_to_cpu``; for an empty, truncated, non-PyTorch or
+   unsafe file PyTorch's error does not name the file, and for some it advises loading with
+   ``weights_only=False``. The file is read through :func:`fairseq_shared.checkpoint_io.read`
+   instead, whose ``CheckpointError`` names it and says what is wrong.
+
+7. :func:`resume_past_torn_checkpoints` -- fairseq writes the first checkpoint file of a save
+   atomically but *copies* it to ``checkpoint_last.pt``; a kill during that copy leaves a torn
+   ``checkpoint_last.pt`` beside an intact interval or epoch checkpoint, and every later
+   resume dies on it. When fairseq-train would restore ``checkpoint_last.pt`` (the default
+   ``--restore-file``) and it does not load, it restores the newest ``checkpoint*.pt`` of the
+   save directory that does, and says so in the log. An explicit ``--restore-file`` is never
+   replaced (its error names it).
 """
 
 import argparse
+import copy
 import functools
 import importlib
 import logging
@@ -394,8 +409,91 @@ def keep_last_partial_batch_in_generate() -> None:
         module._main = _main
 
 
+# ---------------------------------------------------------------------------------------
+# 6. A bad checkpoint file gets a message that names it
+# ---------------------------------------------------------------------------------------
+
+
+def explain_bad_checkpoint_files() -> None:
+    """``checkpoint_utils.load_checkpoint_to_cpu`` reads through ``checkpoint_io.read``."""
+    from fairseq import checkpoint_utils
+
+    if getattr(checkpoint_utils, "_fairseq_shared_read_patch", False):
+        return
+    original = checkpoint_utils.load_checkpoint_to_cpu
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        from fairseq_shared.checkpoint_io import read
+
+        return read(path, lambda p: original(p, *args, **kwargs))
+
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    checkpoint_utils._fairseq_shared_read_patch = True
+
+
+# ---------------------------------------------------------------------------------------
+# 7. A torn checkpoint_last.pt does not stop a resume
+# ---------------------------------------------------------------------------------------
+
+
+def _restoring(cfg, path: str):
+    """A copy of the checkpoint config that restores ``path`` (as ``--restore-file PATH``;
+    ``--finetune-from-model`` is ignored by a resume anyway, and fairseq refuses both)."""
+    cfg = copy.deepcopy(cfg)
+    cfg.restore_file = path
+    if getattr(cfg, "finetune_from_model", None) is not None:
+        cfg.finetune_from_model = None
+    return cfg
+
+
+def resume_past_torn_checkpoints() -> None:
+    """Wrap ``checkpoint_utils.load_checkpoint`` (fairseq-train's resume) as described in 7."""
+    from fairseq import checkpoint_utils
+
+    if getattr(checkpoint_utils, "_fairseq_shared_resume_patch", False):
+        return
+    original = checkpoint_utils.load_checkpoint
+
+    @functools.wraps(original)
+    def load_checkpoint(cfg, trainer, **passthrough_args):
+        from fairseq_shared import checkpoint_io
+
+        suffix = getattr(trainer, "checkpoint_suffix", "") or ""
+        last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+        if cfg.restore_file != "checkpoint_last.pt" or not os.path.isfile(last):
+            return original(cfg, trainer, **passthrough_args)
+        try:
+            checkpoint_io.check_readable(last)
+        except checkpoint_io.CheckpointError as e:
+            problem = str(e)
+        else:
+            if getattr(trainer, "data_parallel_world_size", 1) > 1:
+                return original(cfg, trainer, **passthrough_args)  # every rank must agree
+            try:
+                return original(cfg, trainer, **passthrough_args)
+            except checkpoint_io.CheckpointError as e:
+                if last not in str(e) or "refused by safe loading" in str(e):
+                    raise  # not about this file, or unsafe: not a torn file to skip
+                problem = str(e)
+        fallback = checkpoint_io.newest_intact(cfg.save_dir, exclude=[last], suffix=suffix)
+        if fallback is None:
+            raise checkpoint_io.CheckpointError(
+                f"{problem}; no other checkpoint*{suffix}.pt in {cfg.save_dir} loads either, "
+                f"so there is nothing to resume from: move {last} away to train from scratch"
+            )
+        logger.warning(f"{problem}; resuming from {fallback} instead, the newest checkpoint "
+                       f"in {cfg.save_dir} that loads")
+        return original(_restoring(cfg, fallback), trainer, **passthrough_args)
+
+    checkpoint_utils.load_checkpoint = load_checkpoint
+    checkpoint_utils._fairseq_shared_resume_patch = True
+
+
 allow_fairseq_checkpoint_globals()
 patch_cpu_distributed_training()
 allow_distributed_checkpoint_broadcast()
 provide_numpy1_spellings()
 keep_last_partial_batch_in_generate()
+explain_bad_checkpoint_files()
+resume_past_torn_checkpoints()

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from fairseq_shared import checkpoint_io
 from fairseq_shared.conversion import lora_factors, position_residuals
 from fairseq_shared.models.config import STACKS, model_config
 from fairseq_shared.modules.lora import DELTA_A, DELTA_B, ORIGINAL, is_delta, logical_name
@@ -52,6 +53,7 @@ FRESH = {"unique_layers": None, "share_scope": "all", "share_lora_rank": 0,
          "untie_norms": False, "untie_biases": False}
 TARGET_ARCH = "shared_transformer"
 ACCEPTED_MODELS = ("transformer", "shared_transformer")
+TOOL = "convert_sharing"
 
 
 def change_names() -> List[str]:
@@ -244,17 +246,12 @@ def convert_checkpoint(path_in: str, path_out: str, changes: Dict[str, object],
                        data: Optional[str] = None) -> Dict:
     """Convert the checkpoint ``path_in`` under ``changes`` (see :func:`target_args`) and
     write ``path_out``; return the report (also stored in its ``extra_state``)."""
-    import fairseq_shared  # noqa: F401  (compat + registration)
-    from fairseq import checkpoint_utils, tasks
-    from omegaconf import OmegaConf
-
-    if not os.path.isfile(path_in):
-        raise ConversionError(f"IN: no such checkpoint '{path_in}'")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path_in, {"data": data} if data else None)
+    checkpoint_io.refuse_overwrite([path_in], [path_out])
+    state = checkpoint_io.load(path_in, expect="translation", data=data, tool=TOOL)
     cfg = state["cfg"]
     _refuse(cfg.model, path_in)
     new_args = target_args(cfg.model, changes)
-    task = tasks.setup_task(cfg.task)
+    task = checkpoint_io.setup_task(cfg.task, path_in, data)
     old_model = task.build_model(cfg.model)
     old_model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
     new_model = task.build_model(new_args)
@@ -262,19 +259,12 @@ def convert_checkpoint(path_in: str, path_out: str, changes: Dict[str, object],
               "stacks": convert_model(old_model, new_model)}
 
     state["model"] = new_model.state_dict()
-    state["cfg"] = {  # as fairseq's trainer saves it: plain containers, the model's Namespace
-        key: OmegaConf.to_container(cfg[key], resolve=True, enum_to_str=True)
-        if OmegaConf.is_config(cfg[key]) else cfg[key]
-        for key in cfg if key != "model"
-    }
-    state["cfg"]["model"] = new_args
-    state["args"] = None  # else fairseq rebuilds cfg from the old legacy args
+    checkpoint_io.with_config(state, cfg, new_args)
     state["last_optimizer_state"] = None
     extra = dict(state.get("extra_state") or {})
     extra.pop("ema", None)
     extra["fairseq_shared_conversion"] = report
     state["extra_state"] = extra
-    checkpoint_utils.torch_persistent_save(state, path_out)
+    checkpoint_io.save(state, path_out)
     logger.info(f"wrote {path_out}: {report['flags']}")
     return report
-

@@ -46,6 +46,8 @@ logger = logging.getLogger("fairseq_shared.learn_sharing")
 STACKS = ("encoder", "decoder")
 MEASURES = ("cka", "cka_update", "weights")
 GROUPINGS = ("adjacent", "clustered")
+#: The files :func:`learn_sharing` writes into its output directory.
+OUTPUTS = ("sharing.json", "sharing.txt", "similarity.png")
 
 
 class LearnSharingError(ValueError):
@@ -53,15 +55,10 @@ class LearnSharingError(ValueError):
 
 
 def load(checkpoint: str, data: Optional[str] = None):
-    import fairseq_shared  # noqa: F401  (compat + registration)
-    from fairseq import checkpoint_utils
+    from fairseq_shared import checkpoint_io
 
-    if not os.path.isfile(checkpoint):
-        raise LearnSharingError(f"CHECKPOINT: no such file '{checkpoint}'")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [checkpoint], arg_overrides={"data": data} if data else None
-    )
-    model = models[0]
+    model, cfg, task, _ = checkpoint_io.load_model(checkpoint, expect="translation", data=data,
+                                                   tool="learn_sharing")
     if not all(hasattr(getattr(model, s, None), "layers") for s in STACKS):
         raise LearnSharingError(f"{checkpoint}: --arch {cfg.model.arch} has no encoder and "
                                 "decoder layer stacks; allowed: translation Transformers")
@@ -218,7 +215,10 @@ def learn_sharing(checkpoint: str, out_dir: str, data: Optional[str] = None,
                   sets: Optional[int] = None, threshold: Optional[float] = None,
                   measure: str = "cka", grouping: str = "adjacent", subset: str = "valid",
                   max_sentences: int = 400, max_tokens: int = 4000) -> Dict:
+    from fairseq_shared import checkpoint_io
+
     check_settings(sets, threshold, measure, grouping)
+    checkpoint_io.refuse_overwrite([checkpoint], checkpoint_io.files_in(out_dir, OUTPUTS))
     model, cfg, task = load(checkpoint, data)
     matrices, tokens = similarity_matrices(model, task, measure, subset, max_sentences,
                                            max_tokens)

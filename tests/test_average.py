@@ -147,6 +147,6 @@ def test_bad_inputs(ckpt_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         avg.main(["--inputs", str(tmp_path / "evil.pt"), str(ckpt_dir / "checkpoint1.pt"),
                   "--output", out])
-    assert "cannot load" in capsys.readouterr().err
+    assert "refused by safe loading" in capsys.readouterr().err
     assert not marker.exists()
     assert not os.path.exists(out)

@@ -8,7 +8,8 @@ fairseq's script is not in the pip package; this is a drop-in with the same flag
 Differences from fairseq's script:
 
 * checkpoints are loaded with ``torch.load(weights_only=True)`` (types allowed by
-  :mod:`fairseq_shared.compat`); a checkpoint that needs anything else is refused;
+  :mod:`fairseq_shared.compat`); a checkpoint that needs anything else is refused, and so
+  is an ``--output`` that is one of the inputs;
 * tied tensors: keys that share one tensor in a checkpoint (fairseq's
   ``--share-all-embeddings``, or a state dict saved with alias keys) are averaged once and
   written as one shared tensor, so ties survive and the file does not grow. The tie
@@ -19,7 +20,7 @@ Differences from fairseq's script:
   script an argparse group made that impossible), and bad flags are reported by name.
 
 The output keeps everything else from the first input (for ``--num-*-checkpoints``: the
-newest), as fairseq's script does, and is written with ``torch_persistent_save``.
+newest), as fairseq's script does, and is written atomically (``checkpoint_io.save``).
 """
 
 import argparse
@@ -28,6 +29,8 @@ import sys
 from typing import Optional, Sequence
 
 from fairseq_shared.averaging import AverageError, average_checkpoints, last_n_checkpoints
+from fairseq_shared.checkpoint_io import refuse_overwrite, save
+from fairseq_shared.cli.errors import command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -80,14 +84,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 args.inputs[0], n, args.num_update_checkpoints is not None,
                 upper_bound=args.checkpoint_upper_bound,
             )
+        refuse_overwrite(inputs, [args.output], {args.output: "--output"})
         print("averaging checkpoints:", " ".join(inputs))
         new_state = average_checkpoints(inputs)
     except AverageError as error:
         parser.error(str(error))
 
-    from fairseq.checkpoint_utils import torch_persistent_save
-
-    torch_persistent_save(new_state, args.output)
+    save(new_state, args.output)
     print(f"Finished writing averaged checkpoint to {args.output}")
 
 

@@ -12,8 +12,10 @@ import logging
 
 from fairseq_shared.san import convert as library
 from fairseq_shared.san.convert import convert_checkpoint
+from fairseq_shared.cli.errors import command
 
 
+@command
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__ + "\n" + library.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

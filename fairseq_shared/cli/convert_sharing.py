@@ -20,11 +20,14 @@ import json
 import logging
 
 from fairseq_shared import convert_sharing as library
+from fairseq_shared.checkpoint_io import refuse_overwrite
+from fairseq_shared.cli.errors import command
 from fairseq_shared.models.config import STACKS, add_sharing_args
 from fairseq_shared.policy import PolicyError
 from fairseq_shared.sharing import SharingConfigError
 
 
+@command
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__ + "\n" + library.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,6 +38,8 @@ def main(argv=None):
     p.add_argument("--data", help="data-bin directory, if it moved since training")
     p.add_argument("--report", metavar="JSON", help="also write the report here")
     a = p.parse_args(argv)
+    refuse_overwrite([a.checkpoint_in], [a.checkpoint_out] + ([a.report] if a.report else []),
+                     {a.report: "--report"})
     logging.basicConfig(level=logging.INFO)
     changes = {name: getattr(a, name, None) for name in library.change_names()}
     try:

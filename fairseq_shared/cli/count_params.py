@@ -23,6 +23,7 @@ from fairseq.tasks.language_modeling import LanguageModelingTask
 from fairseq.tasks.translation import TranslationTask
 
 import fairseq_shared  # noqa: F401
+from fairseq_shared.cli.errors import command
 from fairseq_shared.models.config import describe_relaxation
 from fairseq_shared.modules.lora import delta_parameter_count
 from fairseq_shared.sharing import SharingConfigError
@@ -77,6 +78,7 @@ def relaxed_cells(arch: str, vocab: int, rigid, rank: int, untie_norms: bool,
             f"(deltas {deltas / 1e6:.2f}M, untied norms/biases {untied / 1e6:.2f}M) |")
 
 
+@command
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("archs", nargs="*", help="architectures (default: all of this package)")

@@ -31,8 +31,10 @@ import torch
 from fairseq_shared.cli.flags import positive_int, unit_interval, unit_interval_list
 from fairseq_shared.policy import format_policy
 from fairseq_shared.san.learn import learn_policy
+from fairseq_shared.cli.errors import command
 
 
+@command
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")

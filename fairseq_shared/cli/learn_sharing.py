@@ -20,8 +20,10 @@ import torch
 
 from fairseq_shared import learn_sharing as library
 from fairseq_shared.cli.flags import positive_int, unit_interval
+from fairseq_shared.cli.errors import command
 
 
+@command
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__ + "\n" + library.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

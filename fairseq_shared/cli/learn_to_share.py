@@ -16,8 +16,10 @@ from typing import List
 from fairseq_shared.cli.flags import positive_int, unit_interval
 from fairseq_shared.san import learn_to_share as library
 from fairseq_shared.san.learn_to_share import learn_to_share
+from fairseq_shared.cli.errors import command
 
 
+@command
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     train_flags: List[str] = []

@@ -19,6 +19,8 @@ import logging
 import os
 import sys
 
+from fairseq_shared.cli.errors import command
+
 
 def build_parser():
     p = argparse.ArgumentParser(
@@ -66,10 +68,17 @@ def parse(argv=None):
     return args, checkpoints, gen
 
 
+@command
 def main(argv=None):
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper(),
                         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     args, checkpoints, gen = parse(argv)
+    if args.out:
+        from fairseq_shared.checkpoint_io import files_in, refuse_overwrite
+        from fairseq_shared.timing.report import output_names
+
+        refuse_overwrite(list(checkpoints.values()),
+                         files_in(args.out, output_names(checkpoints)), {})
     from fairseq_shared.timing import DroppedSentencesError, benchmark, markdown_table, write_report
 
     try:

@@ -108,21 +108,15 @@ def plain_model_args(model_args) -> Dict:
 def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> dict:
     """The checkpoint dict of the equivalent fairseq ``transformer``; ``data`` (the export
     directory, which holds the dictionaries) becomes its task's data directory."""
-    from omegaconf import OmegaConf
-
+    from fairseq_shared.checkpoint_io import rebuilt_config
     from fairseq_shared.export.lm import is_language_model, plain_lm_config
     from fairseq_shared.sharing import describe
 
     cfg = loaded.cfg
-    plain_cfg = {  # the model's config is a Namespace: converted on its own
-        key: OmegaConf.to_container(cfg[key], resolve=False, enum_to_str=True)
-        if OmegaConf.is_config(cfg[key]) else cfg[key]
-        for key in cfg if key != "model"
-    }
-    if is_language_model(loaded.model):
-        plain_cfg["model"] = plain_lm_config(cfg.model)
-    else:
-        plain_cfg["model"] = plain_model_args(cfg.model)
+    language_model = is_language_model(loaded.model)
+    plain = plain_lm_config(cfg.model) if language_model else plain_model_args(cfg.model)
+    plain_cfg = rebuilt_config(cfg, plain)
+    if not language_model:
         plain_cfg["task"]["source_lang"] = loaded.task.cfg.source_lang  # inferred at load time
         plain_cfg["task"]["target_lang"] = loaded.task.cfg.target_lang
     if data:

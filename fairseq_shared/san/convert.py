@@ -11,7 +11,8 @@ it needs the parameters it did not have; it gets, in this order:
 
 Leaders that become followers simply drop Q/K (self) or Q/K/V[/out] (encoder-decoder).
 The optimizer state no longer matches the parameters: it is removed, so training resumes
-with ``--reset-optimizer``. The model arguments stored in the checkpoint are updated.
+with ``--reset-optimizer``. The checkpoint's configuration is rewritten by the package's one
+rule (:func:`fairseq_shared.checkpoint_io.rebuilt_config`).
 """
 
 import copy
@@ -22,10 +23,12 @@ from typing import Dict
 import torch
 import torch.nn as nn
 
+from fairseq_shared import checkpoint_io
 from fairseq_shared.policy import format_policy, leaders
 
 logger = logging.getLogger("fairseq_shared.convert_policy")
 
+TOOL = "convert_policy"
 _LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)$")
 
 
@@ -83,13 +86,10 @@ def convert_model(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
 
 def convert_checkpoint(path_in: str, path_out: str, self_policy=None, cross_policy=None,
                        cross_reuse=None, encoder_policy=None, data=None) -> Dict[str, str]:
-    import fairseq_shared  # noqa: F401  (compat + registration)
-    from fairseq import checkpoint_utils, tasks
-
-    overrides = {"data": data} if data else {}
-    state = checkpoint_utils.load_checkpoint_to_cpu(path_in, arg_overrides=overrides)
+    checkpoint_io.refuse_overwrite([path_in], [path_out])
+    state = checkpoint_io.load(path_in, expect="translation", data=data, tool=TOOL)
     cfg = state["cfg"]
-    task = tasks.setup_task(cfg.task)
+    task = checkpoint_io.setup_task(cfg.task, path_in, data)
     old_model = task.build_model(cfg.model)
     old_model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
 
@@ -108,18 +108,10 @@ def convert_checkpoint(path_in: str, path_out: str, self_policy=None, cross_poli
     new_model = task.build_model(new_args)
     convert_model(old_model, new_model)
     state["model"] = new_model.state_dict()
-    cfg.model = new_args
-    if "args" in state and state["args"] is not None:
-        for name, value in changes.items():
-            if value is not None:
-                setattr(state["args"], name, getattr(new_args, name))
+    checkpoint_io.with_config(state, cfg, new_args)
     state["last_optimizer_state"] = None
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(cfg):  # saved as fairseq's trainer saves it: a plain container
-        state["cfg"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     state.setdefault("extra_state", {})
-    checkpoint_utils.torch_persistent_save(state, path_out)
+    checkpoint_io.save(state, path_out)
     summary = {name: getattr(new_args, name, None) for name in changes}
     logger.info(f"wrote {path_out}: {summary}")
     return summary

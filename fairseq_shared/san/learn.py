@@ -33,21 +33,20 @@ from fairseq_shared.san.record import AttentionRecorder
 
 logger = logging.getLogger("fairseq_shared.learn_policy")
 
+#: The files :func:`learn_policy` writes into its output directory.
+OUTPUTS = ("policy.json", "policy.txt", "similarity.png", "sweep.md")
 KINDS = ("self_per_head", "self_head_avg", "cross_per_head", "cross_head_avg")
 
 
 def load(checkpoint: str, data: Optional[str] = None):
-    import fairseq_shared  # noqa: F401  (compat + registration)
-    from fairseq import checkpoint_utils
+    from fairseq_shared import checkpoint_io
 
-    overrides = {"data": data} if data else {}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [checkpoint], arg_overrides=overrides
-    )
-    model = models[0]
+    model, cfg, task, _ = checkpoint_io.load_model(checkpoint, expect="translation", data=data,
+                                                   tool="learn_policy")
     if not isinstance(model.decoder, SANTransformerDecoder):
-        raise SystemExit(
-            f"{checkpoint}: not a fairseq_shared model (shared_transformer / transformer_san)"
+        raise checkpoint_io.CheckpointError(
+            f"{checkpoint}: --arch {cfg.model.arch} is not a fairseq_shared translation model; "
+            "allowed: shared_transformer and its architectures (e.g. transformer_san)"
         )
     return model, cfg, task
 
@@ -171,6 +170,9 @@ def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
 def learn_policy(checkpoint: str, out_dir: str, data: Optional[str] = None, subset: str = "valid",
                  theta: float = 0.9, similarity: str = "per_head", max_sentences: int = 400,
                  max_tokens: int = 4000, sweep_thetas: Optional[List[float]] = None) -> Dict[str, List[int]]:
+    from fairseq_shared import checkpoint_io
+
+    checkpoint_io.refuse_overwrite([checkpoint], checkpoint_io.files_in(out_dir, OUTPUTS))
     model, cfg, task = load(checkpoint, data)
     acc = collect(model, task, subset, max_sentences, max_tokens)
     js = acc.js()

@@ -4,7 +4,7 @@
 import csv
 import json
 import os
-from typing import Dict
+from typing import Dict, List
 
 from fairseq_shared.experiments.markdown import fmt
 from fairseq_shared.timing.results import BenchmarkReport
@@ -57,6 +57,11 @@ CSV_FIELDS = [
     "cpu_sentences_per_s_max", "cpu_ms_per_token", "cpu_speed_vs_baseline",
     "cpu_sent_speed_vs_baseline",
 ]
+
+
+def output_names(names, prefix: str = "results") -> List[str]:
+    """The files :func:`write_report` writes for the models ``names``."""
+    return [f"{prefix}.{k}" for k in ("md", "csv", "json")] + [f"hyp.{n}.txt" for n in names]
 
 
 def write_report(report: BenchmarkReport, out_dir: str, prefix: str = "results") -> Dict[str, str]:

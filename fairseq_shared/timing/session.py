@@ -157,9 +157,16 @@ class Session:
     def load(self, name: str, path: str) -> "LoadedModel":
         from fairseq import checkpoint_utils, utils
 
+        from fairseq_shared import checkpoint_io
+
         cfg = self.cfg
+        paths = utils.split_paths(path)
+        states = [checkpoint_io.load(p, expect=checkpoint_io.task_kind(cfg.task._name),
+                                     tool="time_generate", overrides=self.overrides)
+                  for p in paths]
         models, saved_cfg = checkpoint_utils.load_model_ensemble(
-            utils.split_paths(path),
+            paths,
+            state=states[0] if len(paths) == 1 else None,  # read once
             arg_overrides=self.overrides,
             task=self.task,
             suffix=cfg.checkpoint.checkpoint_suffix,

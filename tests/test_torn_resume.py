@@ -1,0 +1,87 @@
+"""fairseq's own commands with the plug-in loaded (issue 20, items 3 and 4): a torn
+``checkpoint_last.pt`` never blocks a resume, and a bad checkpoint file gets a message that
+names it."""
+
+import re
+import shutil
+
+import pytest
+import torch
+
+from helpers_data import TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, run_tool
+
+INTERVAL, TOTAL = 3, 6  # an interval checkpoint at update 3; the run ends at update 6
+TRAIN = [*TINY_ARCH, *TINY_TRAIN, "--max-tokens", "150", "--seed", "2",
+         "--save-interval-updates", str(INTERVAL),
+         "--no-epoch-checkpoints", "--max-update", str(TOTAL)]
+
+
+def _train(data, save_dir, check=True):
+    return run_tool("fairseq-train", data, *TRAIN, "--save-dir", save_dir, check=check)
+
+
+def _valid_losses(log):
+    return [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([\d.]+)", log)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    data = data_bin(tmp_path_factory)
+    save_dir = tmp_path_factory.mktemp("uninterrupted")
+    _, log = _train(data, save_dir)
+    assert (save_dir / f"checkpoint_1_{INTERVAL}.pt").is_file()
+    return data, save_dir, log
+
+
+def _model(path):
+    return torch.load(path, weights_only=True)["model"]
+
+
+@pytest.mark.parametrize("torn", ["empty", "half"])
+def test_a_torn_checkpoint_last_resumes_from_the_newest_whole_one(uninterrupted, torn, tmp_path):
+    """As a kill during fairseq's copy to checkpoint_last.pt leaves it: the interval
+    checkpoint whole, checkpoint_last.pt empty or cut short. The resume restores the
+    interval checkpoint, says so, and ends where the uninterrupted run ended."""
+    data, done, log = uninterrupted
+    interval = tmp_path / f"checkpoint_1_{INTERVAL}.pt"
+    shutil.copy(done / interval.name, interval)
+    whole = interval.read_bytes()
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"" if torn == "empty" else
+                                                  whole[: len(whole) // 2])
+    _, resumed = _train(data, tmp_path)
+    assert re.search(r"checkpoint_last\.pt: the checkpoint file is (empty|truncated).*resuming "
+                     rf"from {re.escape(str(interval))} instead", resumed)
+    assert re.search(rf"[Ll]oaded checkpoint {re.escape(str(interval))} .*@ {INTERVAL} updates",
+                     resumed)
+    assert re.search(rf"num_updates {TOTAL}\b", resumed)
+    assert _valid_losses(resumed)[-1] == _valid_losses(log)[-1]
+    final, expected = _model(tmp_path / "checkpoint_last.pt"), _model(done / "checkpoint_last.pt")
+    assert final.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(final[name], tensor), name
+
+
+def test_nothing_to_fall_back_to_and_an_explicit_restore_file_are_errors(uninterrupted, tmp_path):
+    data, done, _ = uninterrupted
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")
+    code, log = _train(data, tmp_path, check=False)
+    assert code != 0
+    assert "checkpoint_last.pt: the checkpoint file is empty" in log
+    assert "so there is nothing to resume from: move" in log
+    assert "weights_only=False" not in log
+    code, log = run_tool("fairseq-train", data, *TRAIN, "--save-dir", tmp_path / "other",
+                         "--restore-file", tmp_path / "checkpoint_last.pt", check=False)
+    assert code != 0 and f"{tmp_path / 'checkpoint_last.pt'}: the checkpoint file is empty" in log
+    assert "resuming from" not in log
+
+
+def test_fairseq_generate_names_a_bad_checkpoint(uninterrupted, tmp_path):
+    data, done, _ = uninterrupted
+    whole = (done / "checkpoint_last.pt").read_bytes()
+    bad = tmp_path / "cut.pt"
+    bad.write_bytes(whole[: len(whole) // 3])
+    code, out = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--path", bad,
+                         "--cpu", "--beam", "1", check=False)
+    assert code != 0
+    assert f"{bad}: the checkpoint file is truncated or corrupt" in out
+    assert "weights_only=False" not in out
