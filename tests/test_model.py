@@ -227,6 +227,8 @@ REGISTERED = {"shared_transformer"} | {
         "transformer_universal",
         "transformer_attn_shared",
         "transformer_san",
+        "transformer_one_wide_ffn",
+        "transformer_one_wide_ffn_nodec",
     )
     for size in ("", "_iwslt_de_en", "_wmt_en_de", "_wmt_en_de_big")
 }
@@ -240,7 +242,7 @@ def test_registry_holds_exactly_the_same_names_each_a_findable_function():
     from fairseq_shared.models import architectures
 
     ours = {n for n, m in ARCH_MODEL_REGISTRY.items() if m is SharedTransformerModel}
-    assert ours == REGISTERED and len(ours) == 25
+    assert ours == REGISTERED and len(ours) == 33
     source = inspect.getsource(architectures)
     for name in ours:  # grep "def NAME" finds every registered architecture
         assert f"\ndef {name}(args):" in source, name
