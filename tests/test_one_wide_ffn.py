@@ -117,26 +117,47 @@ def test_the_family_decodes_incrementally_as_in_one_pass_and_counts_in_closed_fo
     assert count(model) == expected
 
 
-def test_fairseq_train_and_generate_with_the_registered_family(tmp_path, tmp_path_factory):
-    data = data_bin(tmp_path_factory)
+@pytest.fixture(scope="module")
+def trained_one_wide(tmp_path_factory):
+    """transformer_one_wide_ffn (2+2 layers, d=16, pre-LN) trained by fairseq-train for 3
+    short epochs on the reversal corpus."""
+    data, save_dir = data_bin(tmp_path_factory), tmp_path_factory.mktemp("one_wide")
     arch = ["--user-dir", USER_DIR, "--arch", "transformer_one_wide_ffn", "--encoder-layers",
             "2", "--decoder-layers", "2", "--encoder-embed-dim", "16", "--decoder-embed-dim",
             "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
             "--decoder-ffn-embed-dim", "32", "--share-all-embeddings",
-            "--encoder-normalize-before", "--decoder-normalize-before"]
-    _, output = run_tool("fairseq-train", data, *arch, *TINY_TRAIN, "--max-update", "3",
-                         "--save-dir", tmp_path)
+            "--encoder-normalize-before", "--decoder-normalize-before", "--dropout", "0"]
+    _, output = run_tool("fairseq-train", data, *arch, *TINY_TRAIN, "--max-epoch", "3",
+                         "--max-tokens", "700", "--seed", "1", "--save-dir", save_dir)
+    return data, save_dir / "checkpoint_last.pt", output
+
+
+def test_fairseq_train_and_generate_with_the_registered_family(trained_one_wide):
+    data, checkpoint, output = trained_one_wide
     assert "decoder: 2 layers over 2 parameter sets, scope=all, layer->set: 1 2, no FFN" in output
     assert "encoder: 2 layers over 1 parameter sets, scope=ffn" in output
     assert "done training" in output
-    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    state = torch.load(checkpoint, weights_only=False)
     # vanilla's encoder FFNs (the size's 2048) and decoder FFNs (32) with their LayerNorms:
     # 2 (2048 x 33 + 16) + 2 (32 x 33 + 16 + 32) = 137408 = 33 F + 16: F = 4163.4
     assert state["model"]["encoder.layers.0.fc1.weight"].shape == (4163, 16)
     _, generated = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--path",
-                            tmp_path / "checkpoint_last.pt", "--beam", "2", "--cpu",
+                            checkpoint, "--beam", "2", "--cpu",
                             "--batch-size", "4", "--required-batch-size-multiple", "1")
     assert generated.count("\nH-") == 12
+
+
+def test_trained_family_exports_with_identical_hypotheses(trained_one_wide, tmp_path):
+    """The export's own verification on a trained model: the plain fairseq model's and
+    CTranslate2's beam search find the shared model's hypotheses on all 12 test sentences."""
+    from fairseq_shared.export.api import export
+
+    data, checkpoint, _ = trained_one_wide
+    report = export(str(checkpoint), str(tmp_path / "out"), ct2=True, data=str(data),
+                    sentences=12)
+    assert report["ok"]
+    for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
+        assert report["verify"][key]["identical"] == 12, report["verify"][key]
 
 
 # ---- the language model (issue 22, item 3) ---------------------------------------------
@@ -180,3 +201,89 @@ def test_lm_takes_the_no_ffn_switch_and_refuses_normformer_ffn_scaling():
     assert not [n for n, _ in model.named_parameters() if ".fc" in n]
     with pytest.raises(SharingConfigError, match="--scale-fc: NormFormer's scaling of the FFN"):
         build_lm("shared_transformer_lm", ["--decoder-no-ffn", "--scale-fc"])
+
+
+# ---- export (issue 22, item 4) ----------------------------------------------------------
+ONE_WIDE_PRE_LN = ["--encoder-layers", "3", "--decoder-layers", "3",
+                   "--encoder-share-strategy", "universal", "--encoder-share-scope", "ffn",
+                   "--encoder-ffn-embed-dim", "70", "--decoder-no-ffn",
+                   "--encoder-normalize-before", "--decoder-normalize-before"]
+
+
+def teacher_forced_log_probs(model, task, ids):
+    """fairseq's log-probability of each reference target token (final EOS included)."""
+    dataset = task.dataset("test")
+    out = []
+    with torch.no_grad():
+        for i in ids:
+            sample = dataset.collater([dataset[i]])
+            net, target = sample["net_input"], sample["target"]
+            logits = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])[0]
+            lprobs = model.get_normalized_probs((logits, None), log_probs=True)
+            out.append(lprobs[0].gather(1, target[0][:, None])[:, 0])
+    return out
+
+
+def ct2_teacher_forced_log_probs(model_dir, task, ids):
+    """CTranslate2's ``score_batch`` of the same references (it adds the EOS itself)."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=1)
+    d, dataset = task.source_dictionary, task.dataset("test")
+    strip = lambda ids: [d[int(t)] for t in ids if int(t) not in (d.pad(), d.eos())]  # noqa
+    results = translator.score_batch([strip(dataset[i]["source"]) for i in ids],
+                                     [strip(dataset[i]["target"]) for i in ids])
+    return [torch.tensor(r.log_probs) for r in results]
+
+
+@pytest.mark.parametrize("flags", [
+    ONE_WIDE_PRE_LN,
+    ["--encoder-layers", "2", "--decoder-layers", "3", "--encoder-no-ffn", "--decoder-no-ffn",
+     "--decoder-share-strategy", "1,2,1", "--encoder-normalize-before",
+     "--decoder-normalize-before"],
+], ids=["one_wide_ffn", "no_ffn_anywhere"])
+def test_pre_ln_layers_without_ffn_export_exactly_to_fairseq_and_ctranslate2(
+        flags, tmp_path, tmp_path_factory):
+    """A zero FFN of width 1 in each such layer. Untrained weights, teacher-forced on the 12
+    test references: the plain fairseq model's log-probs equal the shared model's bit for
+    bit (and its beam search finds the same hypotheses); CTranslate2's agree to float32
+    rounding (its beam search on an untrained model's near-uniform outputs is not compared:
+    it parts from fairseq's on such models with FFNs as well)."""
+    from fairseq_shared.export.api import export, load_plain
+    from fairseq_shared.export.plain import load_shared
+    from test_export import save_random_checkpoint
+
+    data = data_bin(tmp_path_factory)
+    path = save_random_checkpoint(tmp_path / "random.pt", data, flags)
+    out = tmp_path / "out"
+    report = export(str(path), str(out), ct2=True, data=str(data), sentences=12, max_len_b=9)
+    assert report["verify"]["fairseq_plain_vs_shared"]["identical"] == 12
+    assert "no FFN" in report["sharing"]["decoder"]
+    raw = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert raw["cfg"]["model"]["decoder_ffn_embed_dim"] == 1
+    assert not [k for k in raw["cfg"]["model"] if k.endswith("no_ffn")]
+    assert raw["model"]["decoder.layers.2.fc2.weight"].shape == (16, 1)
+    assert not raw["model"]["decoder.layers.2.fc2.weight"].any()
+
+    loaded = load_shared(str(path), str(data))
+    plain, task = load_plain(str(out / "checkpoint.pt"), str(out))[0], loaded.task
+    task.load_dataset("test")
+    ids = list(range(12))
+    shared_scores = teacher_forced_log_probs(loaded.model, task, ids)
+    for a, b, c in zip(shared_scores, teacher_forced_log_probs(plain, task, ids),
+                       ct2_teacher_forced_log_probs(out / "ct2", task, ids)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(c, a, rtol=0, atol=1e-4)
+
+
+def test_post_ln_layers_without_ffn_are_refused_saying_why(tmp_path, tmp_path_factory):
+    from fairseq_shared.export.api import export
+    from fairseq_shared.export.plain import ExportError
+    from test_export import save_random_checkpoint
+
+    data = data_bin(tmp_path_factory)
+    path = save_random_checkpoint(tmp_path / "post_ln.pt", data, ["--decoder-no-ffn"])
+    with pytest.raises(ExportError) as err:
+        export(str(path), str(tmp_path / "out"), data=str(data), sentences=0)
+    assert "cannot export a post-LN decoder without FFNs" in str(err.value)
+    assert "LayerNorm(x), not x" in str(err.value)
