@@ -287,3 +287,23 @@ def test_post_ln_layers_without_ffn_are_refused_saying_why(tmp_path, tmp_path_fa
         export(str(path), str(tmp_path / "out"), data=str(data), sentences=0)
     assert "cannot export a post-LN decoder without FFNs" in str(err.value)
     assert "LayerNorm(x), not x" in str(err.value)
+
+
+def test_torchscript_generator_finds_the_eager_hypotheses():
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from helpers_model import random_batch
+
+    model, task = build_model("transformer_one_wide_ffn_iwslt_de_en", SMALL + [
+        "--encoder-ffn-embed-dim", "40", "--decoder-normalize-before"])
+    model.eval()
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=8)
+    src, lengths, _ = random_batch(task, bsz=3, seed=5)
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+    with torch.no_grad():
+        eager = generator.forward(sample)
+        scripted = torch.jit.script(generator).forward(sample)
+    for hyps_a, hyps_b in zip(eager, scripted):
+        for a, b in zip(hyps_a, hyps_b):
+            assert torch.equal(a["tokens"], b["tokens"])
+            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
