@@ -414,8 +414,8 @@ def test_no_ffn_state_dict_round_trips_with_its_marker():
 
 
 @pytest.mark.parametrize("saved_extra,target_extra,needle", [
-    (NO_FFN["decoder"], [], "the saved layers have no FFN for this model's to take"),
-    ([], NO_FFN["decoder"], "this model's layers have no FFN to take the saved ones"),
+    (NO_FFN["decoder"], [], "the saved layers have no FFN weights for this model's FFNs"),
+    ([], NO_FFN["decoder"], "this model's layers have no FFN for the saved FFN weights"),
 ])
 def test_state_with_and_without_ffns_do_not_load_into_each_other(saved_extra, target_extra,
                                                                  needle):

@@ -99,7 +99,8 @@ def test_evidence_size_one_wide_ffn_has_vanilla_3_3s_parameters_less_123():
     computed = build("transformer_one_wide_ffn", 8008, common)
     assert computed.encoder.layers[0].fc1.weight.shape[0] == 7685 == one_wide_ffn_width(
         128, 2048, 3, 128, 512, 3)[0]
-    nodec = build("transformer_one_wide_ffn_nodec", 8008, common + ["--encoder-ffn-embed-dim", "512"])
+    nodec = build("transformer_one_wide_ffn_nodec", 8008,
+                  common + ["--encoder-ffn-embed-dim", "512"])
     assert count(nodec) == vanilla - 3 * (ffn_params(128, 512) + 2 * 128) == 2_018_176
 
 
@@ -289,21 +290,25 @@ def test_post_ln_layers_without_ffn_are_refused_saying_why(tmp_path, tmp_path_fa
     assert "LayerNorm(x), not x" in str(err.value)
 
 
-def test_torchscript_generator_finds_the_eager_hypotheses():
-    from fairseq.sequence_generator import SequenceGenerator
+def test_a_checkpoint_without_decoder_ffns_converts_to_another_map_keeping_none(
+        tmp_path, tmp_path_factory):
+    """convert_sharing keeps the input's --decoder-no-ffn; the converted model's decoder
+    layers are the means of the input's (2 of 1 2 2 1 already equal: exact there)."""
+    from fairseq_shared.convert_sharing import convert_checkpoint
+    from helpers_checkpoint import build_for_data, save_checkpoint
 
-    from helpers_model import random_batch
-
-    model, task = build_model("transformer_one_wide_ffn_iwslt_de_en", SMALL + [
-        "--encoder-ffn-embed-dim", "40", "--decoder-normalize-before"])
-    model.eval()
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=8)
-    src, lengths, _ = random_batch(task, bsz=3, seed=5)
-    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
-    with torch.no_grad():
-        eager = generator.forward(sample)
-        scripted = torch.jit.script(generator).forward(sample)
-    for hyps_a, hyps_b in zip(eager, scripted):
-        for a, b in zip(hyps_a, hyps_b):
-            assert torch.equal(a["tokens"], b["tokens"])
-            torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+    data = data_bin(tmp_path_factory)
+    flags = ["--encoder-layers", "2", "--decoder-layers", "4", "--decoder-no-ffn"]
+    args, _, model = build_for_data(data, "shared_transformer", flags)
+    path = save_checkpoint(tmp_path / "in.pt", args, model)
+    convert_checkpoint(str(path), str(tmp_path / "out.pt"), {
+        "decoder_share_strategy": "cycle_rev", "decoder_unique_layers": 2})
+    state = torch.load(tmp_path / "out.pt", weights_only=False)
+    assert state["cfg"]["model"].decoder_no_ffn
+    assert state["model"]["decoder.sharing_no_ffn_version"].item() == 1
+    assert not [k for k in state["model"] if k.startswith("decoder.layers.") and ".fc" in k]
+    old = dict(model.named_parameters(remove_duplicate=False))
+    name = "self_attn.k_proj.weight"
+    mean = (old[f"decoder.layers.1.{name}"] + old[f"decoder.layers.2.{name}"]) / 2
+    torch.testing.assert_close(state["model"][f"decoder.layers.1.{name}"], mean, rtol=0,
+                               atol=1e-7)

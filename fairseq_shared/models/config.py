@@ -143,7 +143,7 @@ def add_sharing_args(parser) -> None:
             action="store_true",
             help=f"{stack} layers without their feed-forward sub-layer (Pires et al. 2023 drop "
             "the decoder's): each layer is its attention sub-layer(s) only. The other sharing "
-            "flags apply to what the layers keep (a --{stack}-share-scope ffn is refused)",
+            f"flags apply to what the layers keep (--{stack}-share-scope ffn is refused)",
         )
         parser.add_argument(
             f"--{stack}-share-lora-rank",

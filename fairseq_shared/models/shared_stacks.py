@@ -13,11 +13,12 @@ ties: any model that uses the mixin gets it.
 A state dict also records each stack's layer-to-set map and scope
 (``{stack}.sharing_map_version``, ``{stack}.sharing_scope_version``) and, when sharing is
 relaxed, ``{stack}.sharing_relaxation_version`` = ``[R, untie_norms, untie_biases]`` (absent:
-rigid), and, when its layers have no FFN (``--{stack}-no-ffn``, applied here before the ties:
-:mod:`fairseq_shared.modules.no_ffn`), ``{stack}.sharing_no_ffn_version``, so that loading a state saved under another sharing configuration
-(``--restore-file``, ``--finetune-from-model``, ``--model-overrides``) either reproduces the
-saved model exactly or stops with an error naming both configurations. LayerDrop pruning
-(``--{stack}-layers-to-keep``) keeps each kept position's set and delta.
+rigid), and, when its layers have no FFN (``--{stack}-no-ffn``, applied here before the
+ties: :mod:`fairseq_shared.modules.no_ffn`), ``{stack}.sharing_no_ffn_version``, so that
+loading a state saved under another sharing configuration (``--restore-file``,
+``--finetune-from-model``, ``--model-overrides``) either reproduces the saved model exactly or
+stops with an error naming both configurations. LayerDrop pruning (``--{stack}-layers-to-keep``)
+keeps each kept position's set and delta.
 """
 
 import contextlib
@@ -233,8 +234,8 @@ def to_model_layout(
         raise SharingMismatchError(
             f"cannot load {stack} parameters saved as {source.describe()} into this model's "
             f"{stack}, {sharing.describe()}: "
-            + ("the saved layers have no FFN for this model's to take"
-               if source.no_ffn else "this model's layers have no FFN to take the saved ones")
+            + ("the saved layers have no FFN weights for this model's FFNs"
+               if source.no_ffn else "this model's layers have no FFN for the saved FFN weights")
             + f"; load it into a model with{'' if source.no_ffn else 'out'} --{stack}-no-ffn"
         )
     saved = source.assignment
