@@ -4,7 +4,7 @@ Covers fairseq's standard translation Transformer: sinusoidal positions, no adap
 softmax/input, no layernorm_embedding, attention key/value dims equal to the model dim.
 """
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 
 def attention_params(d: int) -> int:
@@ -20,13 +20,14 @@ def layer_norm_params(d: int) -> int:
 
 
 def stack_params(
-    d: int, f: int, assignment: Sequence[int], scope: str, decoder: bool
+    d: int, f: int, assignment: Sequence[int], scope: str, decoder: bool, no_ffn: bool = False
 ) -> int:
-    """Unique parameters of one stack of layers tied by ``assignment`` under ``scope``."""
+    """Unique parameters of one stack of layers tied by ``assignment`` under ``scope``;
+    ``no_ffn``: layers without the FFN sub-layer (its fc1, fc2 and LayerNorm)."""
     n_layers, n_sets = len(assignment), max(assignment) + 1
     attn = attention_params(d) * (2 if decoder else 1)
-    ffn = ffn_params(d, f)
-    norms = layer_norm_params(d) * (3 if decoder else 2)
+    ffn = 0 if no_ffn else ffn_params(d, f)
+    norms = layer_norm_params(d) * ((3 if decoder else 2) - no_ffn)
     if scope == "all":
         return n_sets * (attn + ffn + norms)
     if scope == "attn":
@@ -48,7 +49,11 @@ def model_params(
     share_all_embeddings: bool = False,
     share_decoder_input_output_embed: bool = False,
     normalize_before: bool = False,
+    encoder_no_ffn: bool = False,
+    decoder_no_ffn: bool = False,
+    encoder_f: Optional[int] = None,
 ) -> int:
+    """``encoder_f``: the encoder's FFN width when it is not ``f`` (the decoder's)."""
     embeddings = vocab_src * d
     if not share_all_embeddings:
         embeddings += vocab_tgt * d
@@ -58,6 +63,8 @@ def model_params(
     return (
         embeddings
         + final_norms
-        + stack_params(d, f, encoder_assignment, encoder_scope, decoder=False)
-        + stack_params(d, f, decoder_assignment, decoder_scope, decoder=True)
+        + stack_params(d, encoder_f or f, encoder_assignment, encoder_scope, decoder=False,
+                       no_ffn=encoder_no_ffn)
+        + stack_params(d, f, decoder_assignment, decoder_scope, decoder=True,
+                       no_ffn=decoder_no_ffn)
     )

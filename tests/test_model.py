@@ -227,6 +227,8 @@ REGISTERED = {"shared_transformer"} | {
         "transformer_universal",
         "transformer_attn_shared",
         "transformer_san",
+        "transformer_one_wide_ffn",
+        "transformer_one_wide_ffn_nodec",
     )
     for size in ("", "_iwslt_de_en", "_wmt_en_de", "_wmt_en_de_big")
 }
@@ -240,7 +242,7 @@ def test_registry_holds_exactly_the_same_names_each_a_findable_function():
     from fairseq_shared.models import architectures
 
     ours = {n for n, m in ARCH_MODEL_REGISTRY.items() if m is SharedTransformerModel}
-    assert ours == REGISTERED and len(ours) == 25
+    assert ours == REGISTERED and len(ours) == 33
     source = inspect.getsource(architectures)
     for name in ours:  # grep "def NAME" finds every registered architecture
         assert f"\ndef {name}(args):" in source, name
@@ -334,3 +336,123 @@ def test_finetune_from_model_refuses_a_checkpoint_of_another_map(tmp_path_factor
     assert code != 0
     assert "SharingMismatchError" in output
     assert "saved as cycle_rev M=2 (1 2 2 1), scope=all and this model's encoder is cycle M=2 (1 2 1 2)" in output
+
+
+# ---- layers without their FFN sub-layer (--{stack}-no-ffn; issue 22, item 1) -------------
+PRE_LN = ["--encoder-normalize-before", "--decoder-normalize-before"]
+NO_FFN = {"decoder": ["--decoder-no-ffn"], "both": ["--encoder-no-ffn", "--decoder-no-ffn"]}
+
+
+@pytest.mark.parametrize("strategy,m", STRATEGIES)
+@pytest.mark.parametrize("scope", ["all", "attn"])
+@pytest.mark.parametrize("norm", [[], PRE_LN], ids=["post_ln", "pre_ln"])
+def test_incremental_decoding_matches_full_forward_without_ffns(strategy, m, scope, norm):
+    model, task = tiny(strategy, m, scope, extra=NO_FFN["both"] + norm)
+    assert not any(hasattr(layer.fc1, "weight") for layer in model.decoder.layers)
+    incremental, full, state = incremental_vs_full(model, task)
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+    assert len(state) == 8
+
+
+@pytest.mark.parametrize("strategy,m", [("none", None), ("cycle_rev", "2"), ("universal", None)])
+def test_beam_search_with_cache_matches_recomputation_without_decoder_ffns(strategy, m):
+    model, task = tiny(strategy, m, "all", extra=NO_FFN["decoder"] + PRE_LN, seed=3)
+    src, lengths, _ = random_batch(task, bsz=4, seed=5)
+    for a, b in cached_and_recomputed_beams(model, task, src, lengths):
+        assert torch.equal(a["tokens"], b["tokens"])
+        torch.testing.assert_close(a["score"], b["score"], rtol=0, atol=1e-5)
+
+
+def test_a_layer_without_ffn_is_its_attention_sublayers_exactly():
+    """The FFN sub-layer adds an exact zero: the no-FFN model equals, bit for bit, the same
+    weights in fairseq's own layers with the FFN's output projection zeroed (pre-LN)."""
+    model, task = tiny("none", None, extra=NO_FFN["decoder"] + PRE_LN)
+    plain, _ = tiny("none", None, extra=PRE_LN)
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if "sharing" not in k},
+                          strict=False)
+    for layer in plain.decoder.layers:
+        torch.nn.init.zeros_(layer.fc2.weight), torch.nn.init.zeros_(layer.fc2.bias)
+    assert torch.equal(_decoder_out(model, task), _decoder_out(plain, task))
+
+
+@pytest.mark.parametrize("strategy,m", STRATEGIES)
+@pytest.mark.parametrize("scope", ["all", "attn"])
+@pytest.mark.parametrize("which", ["decoder", "both"])
+def test_unique_parameter_count_without_ffns_matches_closed_form(strategy, m, scope, which):
+    model, task = tiny(strategy, m, scope, extra=NO_FFN[which] + ["--share-all-embeddings"])
+    expected = model_params(
+        len(task.source_dictionary), len(task.target_dictionary), 16, 24,
+        model.sharing["encoder"].assignment, model.sharing["decoder"].assignment, scope, scope,
+        share_all_embeddings=True, encoder_no_ffn=which == "both", decoder_no_ffn=True,
+    )
+    assert sum(p.numel() for p in model.parameters()) == expected
+    # what dropping removes: fc1 + fc2 + their LayerNorm of each set (scope all ties all
+    # three) or of each of the 4 layers (scope attn ties none), in each stack without FFN
+    with_ffn, _ = tiny(strategy, m, scope, extra=["--share-all-embeddings"])
+    dropped = sum(p.numel() for p in with_ffn.parameters()) - expected
+    units = {"all": model.sharing["decoder"].num_sets, "attn": 4}[scope]
+    stacks = 1 if which == "decoder" else 2
+    assert dropped == stacks * units * ((16 * 24 + 24) + (24 * 16 + 16) + 2 * 16)
+
+
+def test_no_ffn_state_dict_round_trips_with_its_marker():
+    model, task = tiny("cycle_rev", "2", "all", extra=NO_FFN["decoder"] + PRE_LN)
+    state = model.state_dict()
+    assert state["decoder.sharing_no_ffn_version"].item() == 1
+    assert "encoder.sharing_no_ffn_version" not in state
+    assert not [k for k in state if k.startswith("decoder.layers.") and ".fc" in k]
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    fresh, _ = tiny("cycle_rev", "2", "all", extra=NO_FFN["decoder"] + PRE_LN, seed=9)
+    fresh.load_state_dict(torch.load(buffer))
+    assert torch.equal(_decoder_out(fresh, task), _decoder_out(model, task))
+    # into a model that ties less (no sharing), still without FFNs: the same function
+    untied, _ = tiny("none", None, "all", extra=NO_FFN["decoder"] + PRE_LN, seed=9)
+    untied.load_state_dict(state)
+    assert torch.equal(_decoder_out(untied, task), _decoder_out(model, task))
+
+
+@pytest.mark.parametrize("saved_extra,target_extra,needle", [
+    (NO_FFN["decoder"], [], "the saved layers have no FFN weights for this model's FFNs"),
+    ([], NO_FFN["decoder"], "this model's layers have no FFN for the saved FFN weights"),
+])
+def test_state_with_and_without_ffns_do_not_load_into_each_other(saved_extra, target_extra,
+                                                                 needle):
+    saved, _ = tiny("cycle_rev", "2", "all", extra=saved_extra)
+    model, _ = tiny("cycle_rev", "2", "all", extra=target_extra, seed=7)
+    with pytest.raises(SharingMismatchError) as err:
+        model.load_state_dict(saved.state_dict())
+    assert needle in str(err.value)
+    assert "cycle_rev M=2 (1 2 2 1), scope=all, no FFN" in str(err.value)
+    # a state without markers (a plain fairseq transformer's) is read from its keys
+    legacy = {k: v for k, v in saved.state_dict().items() if "sharing_" not in k}
+    with pytest.raises(SharingMismatchError, match=needle):
+        model.load_state_dict(legacy)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--decoder-no-ffn", "--decoder-share-scope", "ffn"],
+     "--decoder-share-scope ffn: the decoder has no FFN (--decoder-no-ffn), so there is "
+     "nothing to tie; allowed: all or attn"),
+    (["--encoder-no-ffn", "--encoder-share-strategy", "universal", "--encoder-share-scope",
+      "ffn", "--encoder-share-lora-rank", "2"],
+     "nothing to tie nor for --encoder-share-lora-rank 2 to relax; allowed: all or attn"),
+])
+def test_a_scope_or_lora_on_an_ffn_the_stack_does_not_have_is_refused(flags, needle):
+    base = ["--encoder-layers", "4", "--decoder-layers", "4"]
+    with pytest.raises(SharingConfigError) as err:
+        build_model("shared_transformer", TINY + base + flags)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_lora_on_a_no_ffn_stack_relaxes_its_attention_only():
+    from fairseq_shared.modules.lora import delta_parameter_count
+
+    model, task = tiny("universal", None, "all", extra=NO_FFN["decoder"] + [
+        "--decoder-share-lora-rank", "2"])
+    # each of the 4 positions of the set, on its 8 attention projections: B (16x2) + A (2x16);
+    # no delta on an FFN
+    assert delta_parameter_count(model.decoder) == 4 * 8 * (16 * 2 + 2 * 16)
+    incremental, full, _ = incremental_vs_full(model, task)
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)

@@ -7,6 +7,12 @@ strings, numbers), its model is fairseq's ``TransformerModel`` (a shared languag
 parameters under their own names (tied names share one tensor, so ``torch.save`` writes
 each tied tensor once), and the two sharing markers are gone.
 
+Layers without an FFN (``--{stack}-no-ffn``) export exactly when they are pre-LN:
+:func:`zero_ffn_sublayers` gives each an FFN of width 1 whose weights and biases are zero,
+which fairseq's and CTranslate2's layers compute as ``x + FFN(LN(x)) = x + 0 = x``.
+Post-LN ones are refused: there the sub-layer is ``LN(x + FFN(x))``, and with no FFN that is
+``LN(x)``, which no LayerNorm weights make the identity.
+
 SAN models are refused: a SAN follower layer takes its attention weights (self-attention)
 or its whole attention output (encoder-decoder attention) from another layer, which neither
 fairseq's Transformer layer nor CTranslate2's can do.
@@ -27,6 +33,7 @@ logger = logging.getLogger(__name__)
 SHARED_FLAG_PREFIXES = (
     "encoder_share_", "decoder_share_", "encoder_unique_layers", "decoder_unique_layers", "san_",
     "encoder_untie_", "decoder_untie_",  # relaxed sharing (share_lora_rank: under *_share_)
+    "encoder_no_ffn", "decoder_no_ffn",  # layers without FFN (zero_ffn_sublayers)
 )
 
 
@@ -127,15 +134,47 @@ def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> di
     ] or [{"criterion_name": "", "optimizer_name": "", "num_updates": 0}]
     history[-1]["lr_scheduler_state"] = {}
     sharing = {s: describe(v.assignment, v.scope) for s, v in loaded.model.sharing.items()}
+    model_state = zero_ffn_sublayers(loaded.model, loaded.model.full_state_dict(),
+                                     plain_cfg["model"])
     return {
         "args": None,
         "cfg": plain_cfg,
-        "model": loaded.model.full_state_dict(),
+        "model": model_state,
         "optimizer_history": history,
         "extra_state": {
             "fairseq_shared_export": {"source": os.path.abspath(loaded.path), **sharing}
         },
     }
+
+
+def zero_ffn_sublayers(model, state: Dict[str, torch.Tensor], plain_model_cfg: Dict) -> Dict:
+    """``state`` with an FFN of width 1, all zeros, in every layer of each stack of ``model``
+    that has none (``--{stack}-no-ffn``), and ``plain_model_cfg``'s ``{stack}_ffn_embed_dim``
+    set to 1 (stock layers build their FFN from it). Exact in a pre-LN layer, where the FFN
+    sub-layer is ``x + fc2(act(fc1(LN(x))))`` and zero weights and biases add an exact 0 (the
+    LayerNorm is fairseq's initial one, unused). One set of zero tensors serves every layer
+    (saved once). A post-LN stack without FFN is refused (:class:`ExportError`)."""
+    state = dict(state)
+    for stack, sharing in model.sharing.items():
+        if not sharing.no_ffn:
+            continue
+        layers = getattr(model, stack).layers
+        if not layers[0].normalize_before:
+            raise ExportError(
+                f"cannot export a post-LN {stack} without FFNs (--{stack}-no-ffn without "
+                f"--{stack}-normalize-before): fairseq's and CTranslate2's post-LN layers "
+                "always end with LayerNorm(x + FFN(x)); with a zero FFN that is LayerNorm(x), "
+                "not x, and no LayerNorm weights make it the identity. Export a pre-LN model"
+            )
+        d, like = layers[0].embed_dim, next(layers[0].parameters())
+        zeros = {"fc1.weight": like.new_zeros(1, d), "fc1.bias": like.new_zeros(1),
+                 "fc2.weight": like.new_zeros(d, 1), "fc2.bias": like.new_zeros(d),
+                 "final_layer_norm.weight": like.new_ones(d),
+                 "final_layer_norm.bias": like.new_zeros(d)}
+        for i in range(len(layers)):
+            state.update({f"{stack}.layers.{i}.{name}": t for name, t in zeros.items()})
+        plain_model_cfg[f"{stack}_ffn_embed_dim"] = 1
+    return state
 
 
 def legacy_args_checkpoint(checkpoint: dict) -> dict:

@@ -2,7 +2,8 @@
 
 ``fairseq-train --arch shared_transformer`` (and every registered architecture) takes the
 flags :func:`add_args` adds: ``--{encoder,decoder}-share-strategy/-unique-layers/-share-scope``
-(:mod:`fairseq_shared.sharing`), the relaxed-sharing flags
+(:mod:`fairseq_shared.sharing`), ``--{encoder,decoder}-no-ffn`` (layers without their FFN
+sub-layer, :mod:`fairseq_shared.modules.no_ffn`), the relaxed-sharing flags
 ``--{encoder,decoder}-share-lora-rank/-untie-norms/-untie-biases``
 (:mod:`fairseq_shared.modules.lora`) and ``--san-{self,cross,encoder}-policy``,
 ``--san-cross-reuse`` (:mod:`fairseq_shared.san`). :func:`model_config` checks every rule
@@ -48,6 +49,7 @@ class StackSharing:
     lora_rank: int = 0
     untie_norms: bool = False
     untie_biases: bool = False
+    no_ffn: bool = False  # every layer of the stack without its FFN sub-layer
 
     @classmethod
     def from_args(cls, args, stack: str) -> "StackSharing":
@@ -59,10 +61,12 @@ class StackSharing:
             stack=stack,
         )
         scope = validate_scope(getattr(args, f"{stack}_share_scope", "all") or "all", stack)
+        no_ffn = no_ffn_from_args(args, stack, scope)
         relaxation = relaxation_from_args(args, stack, assignment, scope)
         keep = getattr(args, f"{stack}_layers_to_keep", None)
         if not keep:
-            return cls(stack=stack, assignment=assignment, scope=scope, **relaxation)
+            return cls(stack=stack, assignment=assignment, scope=scope, no_ffn=no_ffn,
+                       **relaxation)
         try:
             items = keep if isinstance(keep, (list, tuple)) else str(keep).split(",")
             kept = tuple(sorted(int(i) for i in items))
@@ -74,12 +78,12 @@ class StackSharing:
         pruned = restrict(assignment, kept, stack)
         if max(pruned) + 1 == len(pruned):  # the kept positions tie nothing: nothing to relax
             relaxation = dict(RIGID)
-        return cls(stack, pruned, scope, assignment, kept, **relaxation)
+        return cls(stack, pruned, scope, assignment, kept, no_ffn=no_ffn, **relaxation)
 
     def describe(self) -> str:
         return describe(self.assignment, self.scope) + describe_relaxation(
             self.lora_rank, self.untie_norms, self.untie_biases
-        )
+        ) + (", no FFN" if self.no_ffn else "")
 
     @property
     def relaxed(self) -> bool:
@@ -133,6 +137,13 @@ def add_sharing_args(parser) -> None:
             help=f"what sharing ties in the {stack}: all (attention, FFN and LayerNorms), "
             "attn (Q/K/V/output projections only; each layer keeps its own FFN), or ffn "
             f"(FFN only). Allowed: {', '.join(SCOPES)}",
+        )
+        parser.add_argument(
+            f"--{stack}-no-ffn",
+            action="store_true",
+            help=f"{stack} layers without their feed-forward sub-layer (Pires et al. 2023 drop "
+            "the decoder's): each layer is its attention sub-layer(s) only. The other sharing "
+            f"flags apply to what the layers keep (--{stack}-share-scope ffn is refused)",
         )
         parser.add_argument(
             f"--{stack}-share-lora-rank",
@@ -205,6 +216,29 @@ def _switch(value, flag: str) -> bool:
     if value in (True, "true", "True", "1"):  # also 1
         return True
     raise SharingConfigError(f"{flag}: '{value}' is not a switch; allowed: true or false")
+
+
+def no_ffn_from_args(args, stack: str, scope: str) -> bool:
+    """Validate ``--{stack}-no-ffn`` against the flags that need the FFN it removes."""
+    flag = f"--{stack}-no-ffn"
+    if not _switch(getattr(args, f"{stack}_no_ffn", None), flag):
+        return False
+    if scope == "ffn":
+        rank = _lora_rank(getattr(args, f"{stack}_share_lora_rank", None), "")
+        relaxed = f" nor for --{stack}-share-lora-rank {rank} to relax" if rank else ""
+        raise SharingConfigError(
+            f"--{stack}-share-scope ffn: the {stack} has no FFN ({flag}), so there is nothing "
+            f"to tie{relaxed}; allowed: all or attn (they tie what the layers keep), or leave "
+            f"{flag} off"
+        )
+    normformer = [f"--{n.replace('_', '-')}" for n in ("scale_fc", "scale_resids")
+                  if stack == "decoder" and _switch(getattr(args, n, None), f"--{n}")]
+    if normformer:
+        raise SharingConfigError(
+            f"{'/'.join(normformer)}: NormFormer's scaling of the FFN sub-layer, which {flag} "
+            "removes; allowed: leave it off"
+        )
+    return True
 
 
 def relaxation_from_args(args, stack: str, assignment: List[int], scope: str) -> Dict:

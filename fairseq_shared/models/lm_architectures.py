@@ -13,9 +13,32 @@ the size has layers (12 over 6 at base size, 24 over 12 for ``_big`` and ``_gpt`
 have the vanilla size's parameters; universal and ALBERT's attention sharing run the size's
 layers over one set. Every default can be overridden on the command line.
 
+One Wide FFN (Pires et al. 2023's encoder, the only stack a language model has):
+``transformer_lm_one_wide_ffn`` ties the FFN of every layer to one (``--decoder-share-strategy
+universal --decoder-share-scope ffn``; each layer keeps its LayerNorms and attention) and
+widens it to the vanilla size's parameters: L FFNs of width f hold ``L (f (2d+1) + d)``, one of
+width F holds ``F (2d+1) + d``, equal when ``F = Lf + (L-1) d / (2d+1)``
+(:func:`~fairseq_shared.models.wide_ffn.one_wide_ffn_width`). Never an integer; the nearest:
+
+=========  ===============  ==============================  =====  ==========
+size       d, f, L          F exactly                       F      vs vanilla
+=========  ===============  ==============================  =====  ==========
+base       512, 2048, 6     12288 + 2560/1025 = 12290.498   12290  -510
+``_big``   1024, 4096, 12   49152 + 11264/2049 = 49157.497  49157  -1019
+``_gpt``   768, 3072, 12    36864 + 8448/1537 = 36869.496   36869  -763
+=========  ===============  ==============================  =====  ==========
+
+(``python -m fairseq_shared.cli.count_params transformer_lm transformer_lm_one_wide_ffn``:
+both 35.69M at a 32,768 vocabulary; fairseq's ``transformer_lm`` is its dataclass's post-LN
+defaults, with no final LayerNorm: 2d = 1,024 fewer than the pre-LN base size the difference
+above is counted against.) Unlike the translation family it saves no compute: every
+layer runs the one FFN, L times as wide as vanilla's, so the FFN costs L times vanilla's
+multiply-adds per token. An explicit ``--decoder-ffn-embed-dim`` is the wide FFN's width as
+given.
+
 Every registered name is a function below (``grep "def transformer_lm_cycle_rev"``): for each
 family of FAMILIES, the family name and the family name followed by ``_big`` and ``_gpt``:
-15 names, plus the model's own name ``shared_transformer_lm`` (fairseq registers it with the
+18 names, plus the model's own name ``shared_transformer_lm`` (fairseq registers it with the
 dataclass defaults, like ``transformer_lm``).
 """
 
@@ -30,6 +53,7 @@ from fairseq.models.transformer_lm import (
 
 from fairseq_shared.models.architectures import M_STRATEGIES, set_default
 from fairseq_shared.models.shared_lm import MODEL
+from fairseq_shared.models.wide_ffn import one_wide_ffn_width
 
 # family -> the decoder's sharing (strategy, scope)
 FAMILIES = {
@@ -39,6 +63,8 @@ FAMILIES = {
     "transformer_lm_universal": dict(strategy="universal", scope="all"),
     # ALBERT's rule: Q/K/V/output projections tied across all layers, own FFN per layer.
     "transformer_lm_attn_shared": dict(strategy="universal", scope="attn"),
+    # One Wide FFN (module doc): one FFN for every layer, as wide as vanilla's FFNs together
+    "transformer_lm_one_wide_ffn": dict(strategy="universal", scope="ffn", wide_ffn=True),
 }
 
 SIZES = {"": base_lm_architecture, "_big": transformer_lm_big, "_gpt": transformer_lm_gpt}
@@ -54,6 +80,7 @@ def size_depth(size_fn) -> int:
 def apply_family(args, family: str, size_fn) -> None:
     """The defaults of ``family`` (a key of FAMILIES) at the size ``size_fn`` sets."""
     sharing = FAMILIES[family]
+    widen = sharing.get("wide_ffn") and getattr(args, "decoder_ffn_embed_dim", None) is None
     depth = size_depth(size_fn)
     with_sets = sharing["strategy"] in M_STRATEGIES
     set_default(args, "decoder_layers", 2 * depth if with_sets else depth)
@@ -63,6 +90,9 @@ def apply_family(args, family: str, size_fn) -> None:
     if with_sets and args.decoder_share_strategy in M_STRATEGIES:
         set_default(args, "decoder_unique_layers", depth)
     size_fn(args)
+    if widen:  # the size's vanilla width is set now: the one FFN replaces the L of them
+        args.decoder_ffn_embed_dim, _ = one_wide_ffn_width(
+            args.decoder_embed_dim, args.decoder_ffn_embed_dim, args.decoder_layers)
 
 
 @register_model_architecture(MODEL, "transformer_lm_sequence")
@@ -138,3 +168,18 @@ def transformer_lm_attn_shared_big(args):
 @register_model_architecture(MODEL, "transformer_lm_attn_shared_gpt")
 def transformer_lm_attn_shared_gpt(args):
     apply_family(args, "transformer_lm_attn_shared", transformer_lm_gpt)
+
+
+@register_model_architecture(MODEL, "transformer_lm_one_wide_ffn")
+def transformer_lm_one_wide_ffn(args):
+    apply_family(args, "transformer_lm_one_wide_ffn", base_lm_architecture)
+
+
+@register_model_architecture(MODEL, "transformer_lm_one_wide_ffn_big")
+def transformer_lm_one_wide_ffn_big(args):
+    apply_family(args, "transformer_lm_one_wide_ffn", transformer_lm_big)
+
+
+@register_model_architecture(MODEL, "transformer_lm_one_wide_ffn_gpt")
+def transformer_lm_one_wide_ffn_gpt(args):
+    apply_family(args, "transformer_lm_one_wide_ffn", transformer_lm_gpt)

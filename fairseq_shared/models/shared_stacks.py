@@ -13,10 +13,12 @@ ties: any model that uses the mixin gets it.
 A state dict also records each stack's layer-to-set map and scope
 (``{stack}.sharing_map_version``, ``{stack}.sharing_scope_version``) and, when sharing is
 relaxed, ``{stack}.sharing_relaxation_version`` = ``[R, untie_norms, untie_biases]`` (absent:
-rigid), so that loading a state saved under another sharing configuration
-(``--restore-file``, ``--finetune-from-model``, ``--model-overrides``) either reproduces the
-saved model exactly or stops with an error naming both configurations. LayerDrop pruning
-(``--{stack}-layers-to-keep``) keeps each kept position's set and delta.
+rigid), and, when its layers have no FFN (``--{stack}-no-ffn``, applied here before the
+ties: :mod:`fairseq_shared.modules.no_ffn`), ``{stack}.sharing_no_ffn_version``, so that
+loading a state saved under another sharing configuration (``--restore-file``,
+``--finetune-from-model``, ``--model-overrides``) either reproduces the saved model exactly or
+stops with an error naming both configurations. LayerDrop pruning (``--{stack}-layers-to-keep``)
+keeps each kept position's set and delta.
 """
 
 import contextlib
@@ -34,6 +36,7 @@ from fairseq_shared.modules.lora import (
     merged_state,
     position_state,
 )
+from fairseq_shared.modules.no_ffn import FFN_MODULES, drop_ffn
 from fairseq_shared.modules.tying import (
     LINEAR_BIAS,
     NORM,
@@ -61,6 +64,9 @@ class SharedStacksMixin:
             self.tied_aliases, self.sharing = {}, {}
         for stack, sharing in plan.items():
             layers = getattr(self, stack).layers
+            if sharing.no_ffn:
+                for layer in layers:
+                    drop_ffn(layer)
             aliases = tie_layers(layers, sharing.assignment, sharing.scope, untied_kinds(sharing))
             if sharing.lora_rank:
                 aliases = add_low_rank_deltas(layers, aliases, sharing.lora_rank)
@@ -72,6 +78,7 @@ class SharedStacksMixin:
                 f"{stack}: {len(sharing.assignment)} layers over {sharing.num_sets} parameter "
                 f"sets, scope={sharing.scope}, layer->set: {format_assignment(sharing.assignment)}"
                 + describe_relaxation(sharing.lora_rank, sharing.untie_norms, sharing.untie_biases)
+                + (", no FFN" if sharing.no_ffn else "")
             )
         logger.info(f"unique parameters: {unique_parameter_count(self):,}")
 
@@ -115,6 +122,7 @@ class SharedStacksMixin:
 # entry except those whose key contains "version" (as encoder.version); these must not move.
 MARKER_MAP, MARKER_SCOPE = "sharing_map_version", "sharing_scope_version"
 MARKER_RELAXATION = "sharing_relaxation_version"  # [R, untie_norms, untie_biases]; absent: rigid
+MARKER_NO_FFN = "sharing_no_ffn_version"  # present (1) when the layers have no FFN
 
 
 def sharing_markers(sharing: StackSharing, prefix: str = "") -> Dict[str, torch.Tensor]:
@@ -128,6 +136,8 @@ def sharing_markers(sharing: StackSharing, prefix: str = "") -> Dict[str, torch.
         markers[f"{prefix}{sharing.stack}.{MARKER_RELAXATION}"] = torch.tensor(
             [sharing.lora_rank, int(sharing.untie_norms), int(sharing.untie_biases)]
         )
+    if sharing.no_ffn:
+        markers[f"{prefix}{sharing.stack}.{MARKER_NO_FFN}"] = torch.tensor(1)
     return markers
 
 
@@ -136,12 +146,14 @@ def pop_markers(state: Dict, stack: str) -> Optional[StackSharing]:
     assignment = state.pop(f"{stack}.{MARKER_MAP}", None)
     scope = state.pop(f"{stack}.{MARKER_SCOPE}", None)
     relaxation = state.pop(f"{stack}.{MARKER_RELAXATION}", None)
+    no_ffn = state.pop(f"{stack}.{MARKER_NO_FFN}", None)
     if assignment is None:
         return None
     rank, untie_norms, untie_biases = relaxation.tolist() if relaxation is not None else (0, 0, 0)
     return StackSharing(
         stack, [int(s) for s in assignment.tolist()], SCOPES[int(scope)],
         lora_rank=int(rank), untie_norms=bool(untie_norms), untie_biases=bool(untie_biases),
+        no_ffn=no_ffn is not None and bool(no_ffn),
     )
 
 
@@ -212,8 +224,20 @@ def to_model_layout(
             f"{stack}: the state dict records no sharing map (saved before fairseq-shared "
             f"recorded one); loading it as saved under this model's {describe(full, sharing.scope)}"
         )
-    if source is None:
-        source = dataclasses.replace(sharing, assignment=full, full_assignment=None, kept=None)
+    prefix = f"{stack}.layers."
+    layers, out = _split_layers(state, prefix)
+    if source is None:  # whether it has FFNs, from its keys (a partial load: as the model)
+        saved_ffn = any(n.startswith(FFN_MODULES) for names in layers.values() for n in names)
+        source = dataclasses.replace(sharing, assignment=full, full_assignment=None, kept=None,
+                                     no_ffn=not saved_ffn if layers and warn else sharing.no_ffn)
+    if source.no_ffn != sharing.no_ffn:
+        raise SharingMismatchError(
+            f"cannot load {stack} parameters saved as {source.describe()} into this model's "
+            f"{stack}, {sharing.describe()}: "
+            + ("the saved layers have no FFN weights for this model's FFNs"
+               if source.no_ffn else "this model's layers have no FFN for the saved FFN weights")
+            + f"; load it into a model with{'' if source.no_ffn else 'out'} --{stack}-no-ffn"
+        )
     saved = source.assignment
     if len(saved) == len(sharing.assignment):  # saved at this depth (already pruned, or none)
         positions = list(range(len(saved)))
@@ -223,8 +247,6 @@ def to_model_layout(
             f"({len(saved)} layers) into this model's {stack}, {sharing.describe()} "
             f"({len(sharing.assignment)} layers{_pruned_note(sharing)})"
         )
-    prefix = f"{stack}.layers."
-    layers, out = _split_layers(state, prefix)
     tied = _tied_in(source, kinds or {})
     for target, position in enumerate(positions):
         own = layers.get(position, {})
