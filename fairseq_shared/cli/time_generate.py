@@ -44,6 +44,9 @@ def build_parser():
     p.add_argument("--references", default=None,
                    help="raw detokenized references (default <data>/raw/<subset>.<tgt>)")
     p.add_argument("--out", default=None, help="directory for results.{md,csv,json}, hyps")
+    p.add_argument("--trace", action="store_true",
+                   help="also write trace.<name>.json to --out: per batch of the first timed "
+                   "pass, the decoder steps, rows per step and output lengths")
     return p
 
 
@@ -84,7 +87,7 @@ def main(argv=None):
         return 3
     print(markdown_table(report))
     if args.out:
-        paths = write_report(report, args.out)
+        paths = write_report(report, args.out, trace=args.trace)
         print(f"wrote {', '.join(paths.values())}", file=sys.stderr)
     return 0
 
