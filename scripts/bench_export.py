@@ -1,15 +1,22 @@
 """Deployment table: fairseq vs CTranslate2 (float32, int8) for trained checkpoints.
 
     python scripts/bench_export.py CKPT_A [CKPT_B ...] --data DATA --out results/export.md \
-        [--sentences 0] [--repeats 3] [--batch-sizes 1,32] [--threads 1] [--beam 4]
+        [--sentences 0] [--repeats 3] [--batch-sizes 1,32] [--threads 1] [--beam 4] \
+        [--max-len-a 1.2] [--max-len-b 10]
 
 Each checkpoint is exported (``fairseq_shared.export``: plain fairseq transformer + CTranslate2
 float32, verified on real sentences, + int8) into ``--work``. Then, in this one process,
 every engine of every checkpoint decodes the same test sentences with the same batches (fairseq's
 own batching, from ``fairseq_shared.timing.Session``) at each batch size, in interleaved timed
 passes (pass r runs every engine once, in a rotating order, before pass r + 1). Speed is output
-tokens (EOS included) per second of decoding, median over passes; "vs fairseq" is the median
-over passes of the per-pass ratio to fairseq on the same checkpoint. BLEU/chrF are sacreBLEU on
+tokens (EOS included) per second of the process's CPU time in the decoding calls (one thread:
+other jobs on the machine hardly move it), median over passes, with the wall-clock rate beside
+it; "vs fairseq" is the median (min-max) over passes of the per-pass CPU ratio to fairseq on
+the same checkpoint. The output length limit is fairseq's ``max_len_a * source length +
+max_len_b`` (defaults 1.2 and 10, the harness's decode settings; fairseq-generate's own
+defaults 0 and 200 let a sentence whose beams never all end run 200 decoder steps, and hold its
+whole batch that long). The fairseq rows also report decoder steps per pass and CPU ms per
+step (``fairseq_shared.timing.trace``). BLEU/chrF are sacreBLEU on
 the detokenized hypotheses of the batch-1 pass (``fairseq_shared.data.scoring.score``), detokenized
 as fairseq-generate does. Size on disk: the deployable file (fairseq: the exported
 ``checkpoint.pt``; CTranslate2: ``model.bin``). Resident memory: measured in a fresh process
@@ -24,8 +31,9 @@ import resource
 import shlex
 import subprocess
 import sys
-import time
-from typing import Dict, List
+from typing import Dict
+
+from fairseq_shared.timing.ct2_engine import CT2Engine, detokenize
 
 ENGINES = ("fairseq", "ct2_float32", "ct2_int8")
 
@@ -33,59 +41,6 @@ ENGINES = ("fairseq", "ct2_float32", "ct2_int8")
 def _name(path: str) -> str:
     parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
     return parent or os.path.splitext(os.path.basename(path))[0]
-
-
-class CT2Engine:
-    """A CTranslate2 model decoding the session's batches (same ids, same batches)."""
-
-    def __init__(self, session, model_dir: str, compute_type: str, threads: int):
-        from fairseq_shared.export.ct2 import CT2Decoder
-
-        self.session = session
-        self.decoder = CT2Decoder(model_dir, session.src_dict, session.tgt_dict, threads,
-                                  compute_type)
-        self.max_positions = min(  # fairseq's limit; the task's when no model is loaded
-            [m.max_decoder_positions() for m in session.models]
-            or [session.task.cfg.max_target_positions])
-
-    def run_pass(self):
-        from fairseq_shared.timing import PassResult, _PeakRSS, check_counts
-
-        s, gen = self.session, self.session.cfg.generation
-        outputs, gen_seconds, tokens = {}, 0.0, 0
-        wall0 = time.perf_counter()
-        with _PeakRSS() as mem:
-            for sample in s.batches():
-                src = sample["net_input"]["src_tokens"]
-                limit = min(int(gen.max_len_a * src.size(1) + gen.max_len_b),
-                            self.max_positions - 1)  # fairseq's SequenceGenerator limit
-                t0 = time.perf_counter()
-                hyps = self.decoder.translate(list(src), gen.beam, gen.lenpen, limit, gen.min_len)
-                gen_seconds += time.perf_counter() - t0
-                for sid, (ids, _) in zip(sample["id"].tolist(), hyps):
-                    outputs[sid] = ids
-                    tokens += len(ids)
-        check_counts(s.ids, outputs, name=self.decoder.model_dir)
-        wall = time.perf_counter() - wall0
-        return PassResult(gen_seconds, wall, len(outputs), tokens, mem.peak / 2**20,
-                          (mem.peak - mem.start) / 2**20), outputs
-
-
-def detokenize(session, outputs: Dict[int, List[int]]) -> List[str]:
-    """As ``timing.LoadedModel.detokenize`` (fairseq-generate's post-processing)."""
-    import torch
-    from fairseq import utils
-
-    hyps = []
-    for sid in session.ids.tolist():
-        _, text, _ = utils.post_process_prediction(
-            hypo_tokens=torch.tensor(outputs[sid], dtype=torch.int), src_str="", alignment=None,
-            align_dict=None, tgt_dict=session.tgt_dict,
-            remove_bpe=session.cfg.common_eval.post_process,
-            extra_symbols_to_ignore={session.tgt_dict.eos()},
-        )
-        hyps.append(session.decode_fn(text))
-    return hyps
 
 
 def measure_rss(engine: str, path: str, data: str, threads: int, beam: int) -> Dict:
@@ -147,7 +102,8 @@ def bench(args) -> Dict:
             name = f"{name}/{os.path.splitext(os.path.basename(path))[0]}"
         out = os.path.join(args.work, name)
         report = export(path, out, ct2=True, quantization="int8", data=bin_dir,
-                        sentences=args.verify_sentences, beam=args.beam, lenpen=args.lenpen)
+                        sentences=args.verify_sentences, beam=args.beam, lenpen=args.lenpen,
+                        max_len_a=args.max_len_a, max_len_b=args.max_len_b)
         if not report["ok"]:
             raise SystemExit(f"{path}: export verification failed; see {out}/export.json")
         models[name] = {"checkpoint": path, "export": report}
@@ -156,7 +112,8 @@ def bench(args) -> Dict:
     for bs in args.batch_sizes:
         first = next(iter(models.values()))["checkpoint"]
         session = Session(args.data, first, ["--beam", str(args.beam), "--lenpen",
-                          str(args.lenpen), "--batch-size", str(bs), "--cpu"],
+                          str(args.lenpen), "--batch-size", str(bs), "--cpu",
+                          "--max-len-a", str(args.max_len_a), "--max-len-b", str(args.max_len_b)],
                           subset=args.sentences or None, threads=args.threads)
         sessions[bs] = session
         for name, m in models.items():
@@ -172,12 +129,14 @@ def bench(args) -> Dict:
     for r in range(args.warmup + args.repeats):
         order = engines[r % len(engines):] + engines[:r % len(engines)]
         for bs, name, engine, runner in order:
+            torch.set_num_threads(args.threads)  # every pass, whatever ran before it
             result, out = runner.run_pass()
             outputs[(bs, name, engine)] = out
             if r >= args.warmup:
                 passes[(bs, name, engine)].append(result)
             print(f"[bench] pass {r + 1}/{args.warmup + args.repeats} batch {bs} {name} "
-                  f"{engine}: {result.tokens_per_s:.1f} tok/s", flush=True)
+                  f"{engine}: {result.cpu_tokens_per_s:.1f} CPU tok/s, "
+                  f"{result.tokens_per_s:.1f} wall tok/s", flush=True)
     rows = []
     bleu_bs = min(args.batch_sizes)
     refs, ref_source = sessions[bleu_bs].references()
@@ -194,9 +153,17 @@ def bench(args) -> Dict:
             for bs in args.batch_sizes:
                 mine = passes[(bs, name, engine)]
                 base = passes[(bs, name, "fairseq")]
-                row[f"tok_s_b{bs}"] = median([p.tokens_per_s for p in mine])
-                row[f"vs_fairseq_b{bs}"] = median(
-                    [p.tokens_per_s / q.tokens_per_s for p, q in zip(mine, base)])
+                ratios = [p.cpu_tokens_per_s / q.cpu_tokens_per_s for p, q in zip(mine, base)]
+                row[f"tok_s_b{bs}"] = median([p.cpu_tokens_per_s for p in mine])
+                row[f"wall_tok_s_b{bs}"] = median([p.tokens_per_s for p in mine])
+                row[f"vs_fairseq_b{bs}"] = median(ratios)
+                row[f"vs_fairseq_b{bs}_range"] = [min(ratios), max(ratios)]
+                row[f"cpu_s_b{bs}"] = [p.cpu_seconds for p in mine]
+                row[f"tokens_b{bs}"] = mine[-1].tokens
+                if mine[-1].trace:  # fairseq's eager generator: steps from the decode trace
+                    row[f"steps_b{bs}"] = mine[-1].trace["steps"]
+                    row[f"hit_max_b{bs}"] = mine[-1].trace["hit_max"]
+                    row[f"cpu_ms_per_step_b{bs}"] = median([p.cpu_ms_per_step for p in mine])
             path = m["checkpoint"] if engine == "fairseq" else os.path.dirname(files[engine])
             if not args.no_rss:
                 row.update(rss_in_subprocess(engine, path, args.data, args.threads, args.beam))
@@ -216,18 +183,33 @@ def markdown(result: Dict, args, command: str) -> str:
         "# Deployment: fairseq vs CTranslate2", "",
         f"Command: `{command}`", "",
         f"{s['sentences_decoded']} sentences of `{s['gen_subset']}` ({s['subset']}), beam "
-        f"{args.beam}, lenpen {args.lenpen}, {args.threads} thread(s), batch sizes "
+        f"{args.beam}, lenpen {args.lenpen}, max length {args.max_len_a} x source + "
+        f"{args.max_len_b}, {args.threads} thread(s), batch sizes "
         f"{', '.join(map(str, bss))}; {args.repeats} timed passes per engine after "
         f"{args.warmup} warm-up, interleaved in one process. CPU: {s['cpu_model']} "
         f"({s['cpu_count']} cores); torch {s['torch']}, fairseq {s['fairseq']}, CTranslate2 "
         f"{ctranslate2.__version__}, sacreBLEU {s['sacrebleu']}. References: "
-        f"{result['references']}. BLEU/chrF from the batch-{min(bss)} pass.", "",
+        f"{result['references']}. BLEU/chrF from the batch-{min(bss)} pass. tok/s: output "
+        f"tokens per CPU second (median over passes; wall-clock in brackets); vs fairseq: "
+        f"median (min-max) of the per-pass CPU ratio; steps: fairseq's decoder steps per pass "
+        f"(outputs at the length limit), CPU ms per step.", "",
         "| model | engine | BLEU | chrF | " + " | ".join(
-            f"tok/s b={b} | vs fairseq b={b}" for b in bss) + " | disk MB | RSS MB | peak RSS MB |",
-        "|---|---|---|---|" + "---|---|" * len(bss) + "---|---|---|",
+            f"tok/s b={b} | vs fairseq b={b} | steps b={b} | ms/step b={b}" for b in bss)
+        + " | disk MB | RSS MB | peak RSS MB |",
+        "|---|---|---|---|" + "---|---|---|---|" * len(bss) + "---|---|---|",
     ]
+
+    def steps(r, b):
+        if f"steps_b{b}" not in r:
+            return "- | -"
+        return (f"{r[f'steps_b{b}']} ({r[f'hit_max_b{b}']} at limit) | "
+                f"{r[f'cpu_ms_per_step_b{b}']:.2f}")
+
     for r in result["rows"]:
-        speed = " | ".join(f"{r[f'tok_s_b{b}']:.1f} | x{r[f'vs_fairseq_b{b}']:.2f}" for b in bss)
+        speed = " | ".join(
+            f"{r[f'tok_s_b{b}']:.1f} ({r[f'wall_tok_s_b{b}']:.1f}) | x{r[f'vs_fairseq_b{b}']:.2f} "
+            f"({r[f'vs_fairseq_b{b}_range'][0]:.2f}-{r[f'vs_fairseq_b{b}_range'][1]:.2f}) | "
+            f"{steps(r, b)}" for b in bss)
         rss = (f"{r['rss_model_mb']:.1f} | {r['peak_rss_mb']:.0f}" if "rss_model_mb" in r
                else "n/a | n/a")
         lines.append(f"| {r['model']} | {r['engine']} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
@@ -255,6 +237,11 @@ def parse(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=1.2,
+                   help="output limit max_len_a * source length + max_len_b (default 1.2, as "
+                   "the harness decodes; fairseq-generate's default is 0)")
+    p.add_argument("--max-len-b", type=int, default=10,
+                   help="see --max-len-a (default 10; fairseq-generate's default is 200)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-rss", action="store_true", help="skip the per-engine memory processes")

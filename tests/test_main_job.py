@@ -39,9 +39,12 @@ def test_main_job_tiny_end_to_end_and_rerun(toy, tmp_path_factory, capsys):
     assert cells[0][1] == "2+2" and cells[1][1] == "4+4"
     assert cells[0][3] == cells[1][3]  # same parameter count
     assert all(c[5] != "-" and c[6] != "-" and c[7] != "-" for c in cells)  # BLEU, chrF, tok/s
+    # decoder steps (with outputs at the length limit), CPU ms/step, the CPU ratio and range
+    assert all(c[8].split(" (")[0].isdigit() and c[9] != "-" for c in cells)
+    assert cells[0][10].startswith("x1.00 (1.00-1.00)")
     assert "`test` set, all" in table
     lookup = [l for l in table.splitlines() if l.startswith("| lookup baseline")]
-    assert len(lookup) == 1 and lookup[0].count("|") == 10  # 9 columns, BLEU/chrF filled
+    assert len(lookup) == 1 and lookup[0].count("|") == 13  # 12 columns, BLEU/chrF filled
     assert "Namespace(" not in out
 
     # re-running skips finished stages

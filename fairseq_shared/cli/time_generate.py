@@ -46,6 +46,9 @@ def build_parser():
     p.add_argument("--references", default=None,
                    help="raw detokenized references (default <data>/raw/<subset>.<tgt>)")
     p.add_argument("--out", default=None, help="directory for results.{md,csv,json}, hyps")
+    p.add_argument("--trace", action="store_true",
+                   help="also write trace.<name>.json to --out: per batch of the first timed "
+                   "pass, the decoder steps, rows per step and output lengths")
     return p
 
 
@@ -78,7 +81,7 @@ def main(argv=None):
         from fairseq_shared.timing.report import output_names
 
         refuse_overwrite(list(checkpoints.values()),
-                         files_in(args.out, output_names(checkpoints)), {})
+                         files_in(args.out, output_names(checkpoints, trace=args.trace)), {})
     from fairseq_shared.timing import DroppedSentencesError, benchmark, markdown_table, write_report
 
     try:
@@ -93,7 +96,7 @@ def main(argv=None):
         return 3
     print(markdown_table(report))
     if args.out:
-        paths = write_report(report, args.out)
+        paths = write_report(report, args.out, trace=args.trace)
         print(f"wrote {', '.join(paths.values())}", file=sys.stderr)
     return 0
 

@@ -37,6 +37,13 @@ def collect_rows(runs: List[Run], decode: Optional[Dict]) -> List[Dict]:
             "decode_tokens_per_s_max": d.get("tokens_per_s_max"),
             "ms_per_token": d.get("ms_per_token"),
             "output_tokens": d.get("output_tokens"), "sentences": d.get("sentences"),
+            # CPU time (one thread: hardly moved by other jobs) and what beam search did
+            "decode_cpu_tokens_per_s": d.get("cpu_tokens_per_s_median"),
+            "decode_cpu_speed_vs_vanilla": d.get("cpu_speed_vs_baseline"),
+            "decode_cpu_speed_min": d.get("cpu_speed_vs_baseline_min"),
+            "decode_cpu_speed_max": d.get("cpu_speed_vs_baseline_max"),
+            "decode_steps": d.get("decoder_steps"), "decode_hit_max": d.get("hit_max_len"),
+            "decode_cpu_ms_per_step": d.get("cpu_ms_per_step"),
         })
     return rows
 
@@ -107,7 +114,8 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict],
                        f"{fmt(r['chrf'])} |")
     # Xiao
     out += ["", "## Attention-weight sharing in the decoder (Xiao et al. 2019)", "",
-            "| method | N | params | BLEU | chrF | decode tok/s | decode sent/s | speed vs baseline |",
+            "| method | N | params | BLEU | chrF | decode tok/s | decode sent/s | "
+            "CPU speed vs baseline |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     out += lookup_lines(lookup, 8, 3)
     for r in rows:
@@ -117,11 +125,12 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict],
                        f"{fmt(r['bleu'])} | {fmt(r['chrf'])} | "
                        f"{fmt(r['decode_tokens_per_s'], '.1f')} | "
                        f"{fmt(r['decode_sentences_per_s'], '.2f')} | "
-                       f"{fmt(r['decode_speed_vs_vanilla'], '.2f', 'x')} |")
+                       f"{fmt(r.get('decode_cpu_speed_vs_vanilla'), '.2f', 'x')} |")
     # everything
     out += ["", "## All configurations", "",
             "| config | arch | strategy | scope | M | N | params | updates | train tok/s | "
-            "train speed | valid loss | BLEU | chrF | decode tok/s (min-max) | decode speed |",
+            "train speed | valid loss | BLEU | chrF | decode tok/s (min-max) | "
+            "decode CPU speed |",
             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(
@@ -131,14 +140,15 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict],
             f"{fmt(r['valid_loss'], '.3f')} | {fmt(r['bleu'])} | {fmt(r['chrf'])} | "
             f"{fmt(r['decode_tokens_per_s'], '.1f')} ({fmt(r['decode_tokens_per_s_min'], '.1f')}-"
             f"{fmt(r['decode_tokens_per_s_max'], '.1f')}) | "
-            f"{fmt(r['decode_speed_vs_vanilla'], '.2f', 'x')} |")
+            f"{fmt(r.get('decode_cpu_speed_vs_vanilla'), '.2f', 'x')} |")
     if any("bleu_clean" in r for r in rows):
         out += ["", "BLEU / chrF without the test near-duplicates: " + ", ".join(
             f"{r['name']} {fmt(r.get('bleu_clean'))} / {fmt(r.get('chrf_clean'))}" for r in rows)]
     out += ["", "Training speed: median fairseq `wps` (target tokens/s) over the logged "
             "intervals, relative to vanilla. Decoding speed: median output tokens/s over the "
-            "timed passes (fairseq's generator, time inside `task.inference_step`); ratios "
-            "are the median per-round ratio against vanilla.", ""]
+            "timed passes (fairseq's generator, wall time inside `task.inference_step`); "
+            "speed ratios are the median per-round ratio of CPU-time tokens/s against "
+            "vanilla (the wall-clock ratio moves with the machine's load).", ""]
     return "\n".join(out)
 
 
@@ -172,22 +182,33 @@ def main_job_table(result: Dict, budget: Dict) -> str:
     s = decode.get("settings", {})
     lines = [
         "| model | layers (enc+dec) | parameter sets per stack | parameters | updates | BLEU | "
-        "chrF | decoding tokens/s | vs vanilla |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "chrF | decoding CPU tokens/s | decoder steps (at length limit) | CPU ms/step | "
+        "vs vanilla (CPU, min-max) | wall tokens/s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lookup = result.get("lookup")
-    lines += lookup_lines(lookup, 9, 5)
+    lines += lookup_lines(lookup, 12, 5)
     for r in result["rows"]:
         lines.append(
             f"| {r['name']} | {r['N']}+{r['N']} | {r['M']} | {fmt(r['params'], ',')} | "
             f"{fmt(r['updates'], 'd')} | {fmt(r['bleu'], '.2f')} | {fmt(r['chrf'], '.2f')} | "
-            f"{fmt(r['decode_tokens_per_s'], '.1f')} | x{fmt(r['decode_speed_vs_vanilla'], '.2f')} |")
+            f"{fmt(r.get('decode_cpu_tokens_per_s'), '.1f')} | {fmt(r.get('decode_steps'), 'd')} "
+            f"({fmt(r.get('decode_hit_max'), 'd')}) | {fmt(r.get('decode_cpu_ms_per_step'), '.2f')} "
+            f"| x{fmt(r.get('decode_cpu_speed_vs_vanilla'), '.2f')} "
+            f"({fmt(r.get('decode_cpu_speed_min'), '.2f')}-{fmt(r.get('decode_cpu_speed_max'), '.2f')}) "
+            f"| {fmt(r['decode_tokens_per_s'], '.1f')} |")
     lines += [
         "",
         f"Decoded: `{s.get('gen_subset')}` set, {s.get('subset')}; beam {s.get('beam')}, lenpen "
         f"{s.get('lenpen')}, batch {s.get('batch_size')}, {s.get('device')} with "
-        f"{s.get('torch_threads')} threads; tokens/s = median of {s.get('timed_passes')} "
-        f"interleaved timed passes after warm-up (fairseq's generator).",
+        f"{s.get('torch_threads')} threads; max length {s.get('max_len_a')} x source + "
+        f"{s.get('max_len_b')}; tokens/s = median of {s.get('timed_passes')} interleaved timed "
+        f"passes after warm-up ({s.get('warmup_batches')} batches; fairseq's generator), per "
+        f"second of the process's CPU time (wall clock in the last column); the ratio is the "
+        f"median (min-max) of the per-round CPU ratios. Decoder steps: incremental decoder "
+        f"calls of one pass (a batch runs until its last sentence has {s.get('beam')} finished "
+        f"hypotheses), so a model that only stops earlier shows fewer steps, not a lower "
+        f"CPU ms/step.",
         f"BLEU `{decode.get('bleu_signature')}`, chrF `{decode.get('chrf_signature')}`, "
         f"against {s.get('references')}.",
         "Lookup baseline: no model, the English of the training verse whose Spanish is "

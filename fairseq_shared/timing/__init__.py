@@ -9,7 +9,7 @@ is loaded with ``checkpoint_utils.load_model_ensemble``, the generator is
 ``fairseq_cli/generate.py``. Only the bookkeeping around it is new:
 
 * **warm-up and repeats**: ``warmup`` untimed passes (``warmup_batches`` limits a warm-up
-  pass to its first batches), then ``repeats`` timed passes. The timer wraps
+  pass to that many of the longest batches), then ``repeats`` timed passes. The timer wraps
   ``task.inference_step`` only, as fairseq-generate's ``gen_timer`` does; the wall time of
   each whole pass (batching, post-processing) is recorded too. The same calls are also timed
   by the process's CPU time (``time.process_time``: ``cpu_seconds``, CPU tokens/s and
@@ -64,10 +64,17 @@ Library use::
 
 Command line: ``python -m fairseq_shared.cli.time_generate --help``.
 
+* **decode trace**: every pass of fairseq's eager generator also counts, per batch, the
+  decoder steps (incremental ``decoder.forward`` calls), the hypothesis rows alive at each
+  step, the output lengths and how many hit the length limit (:mod:`.trace`); the tables
+  report CPU milliseconds per decoder step and per sentence-step next to tokens/s, so a
+  model that is "faster" only because its searches stop earlier is visible as such.
+
 Modules: :mod:`.session` (setup as fairseq-generate: options, task, sentences, batches,
 references), :mod:`.passes` (one timed pass of a loaded model, memory, the sentence-count
 check), :mod:`.results` (pass, model and report records), :mod:`.benchmark` (the
-interleaved run, ratios, BLEU/chrF), :mod:`.report` (Markdown, CSV, JSON, hypotheses).
+interleaved run, ratios, BLEU/chrF), :mod:`.trace` (decoder steps, occupancy, lengths),
+:mod:`.report` (Markdown, CSV, JSON, hypotheses).
 """
 
 import fairseq_shared  # noqa: F401  (registers models; compat fixes)
@@ -82,6 +89,7 @@ from fairseq_shared.timing.passes import (
 )
 from fairseq_shared.timing.report import CSV_FIELDS, markdown_table, write_report
 from fairseq_shared.timing.results import BenchmarkReport, ModelResult, PassResult
+from fairseq_shared.timing.trace import BatchTrace, DecoderTrace, summarize
 from fairseq_shared.timing.session import (
     Session,
     generation_args,
@@ -91,8 +99,8 @@ from fairseq_shared.timing.session import (
 )
 
 __all__ = [
-    "BenchmarkReport", "CSV_FIELDS", "DroppedSentencesError", "LoadedModel", "ModelResult",
+    "BatchTrace", "BenchmarkReport", "CSV_FIELDS", "DecoderTrace", "DroppedSentencesError", "LoadedModel", "ModelResult",
     "PassResult", "Session", "USER_DIR", "benchmark", "benchmark_forced_lengths",
     "check_counts", "generation_args", "markdown_table", "parse_generation_cfg",
-    "resolve_data", "select_ids", "write_report", "_PeakRSS", "_rss_bytes",
+    "resolve_data", "select_ids", "summarize", "write_report", "_PeakRSS", "_rss_bytes",
 ]

@@ -31,7 +31,8 @@ def benchmark(
     ``checkpoints``: ordered ``{name: checkpoint path}``. ``generate_args``: any
     fairseq-generate options (``--beam 4 --lenpen 1.0 --batch-size 64 --cpu ...``).
     ``baseline``: the name that speed ratios are relative to (default: the first).
-    ``warmup``/``warmup_batches``: untimed passes (and how many batches each; None = all).
+    ``warmup``/``warmup_batches``: untimed passes (and how many of the longest batches
+    each; None = all).
     ``repeats``: timed passes per model, interleaved across models. ``subset``: decode only
     this many sentences, evenly spaced by id (None = all). ``force``: None, ``"reference"``
     or an int L, see the module docstring. ``threads``: ``torch.set_num_threads``.
@@ -56,7 +57,9 @@ def benchmark(
     for w in range(warmup):
         for m in loaded:
             t0 = time.perf_counter()
-            m.run_pass(max_batches=warmup_batches, check=warmup_batches is None)
+            # a partial warm-up decodes the longest batches: the largest tensors are then
+            # allocated before the first timed pass, which would otherwise pay for them
+            m.run_pass(max_batches=warmup_batches, check=warmup_batches is None, longest=True)
             progress(f"[decode] warm-up {w + 1}/{warmup} {m.name}: {time.perf_counter() - t0:.1f}s")
     n = len(loaded)
     t_start = time.perf_counter()
@@ -67,6 +70,7 @@ def benchmark(
             results[m.name].passes.append(res)
             if m.name not in first_outputs:
                 first_outputs[m.name] = outputs
+                results[m.name].batch_trace = [b.to_json() for b in res.batches]
             elif outputs != first_outputs[m.name]:
                 results[m.name].deterministic = False
             done = r * n + k + 1
@@ -75,21 +79,23 @@ def benchmark(
             progress(
                 f"[decode] pass {r + 1}/{repeats} {m.name}: {res.sentences} sentences, "
                 f"{res.tokens} tokens, {res.gen_seconds:.2f}s, {res.tokens_per_s:.1f} tok/s "
-                f"(CPU {res.cpu_seconds:.2f}s, {res.cpu_tokens_per_s:.1f} tok/s) "
+                f"(CPU {res.cpu_seconds:.2f}s, {res.cpu_tokens_per_s:.1f} tok/s, "
+                f"{(res.trace or {}).get('steps', '-')} decoder steps, "
+                f"{res.cpu_ms_per_step:.2f} CPU ms/step) "
                 f"({done}/{repeats * n}, elapsed {elapsed:.0f}s, ETA {eta:.0f}s)"
             )
     # ratios: median over rounds of the per-round ratio against the baseline
     base = results[baseline]
     for res in results.values():
-        res.speed_ratio = statistics.median(
-            p.tokens_per_s / b.tokens_per_s for p, b in zip(res.passes, base.passes)
-        )
+        res.speed_ratios = [p.tokens_per_s / b.tokens_per_s
+                            for p, b in zip(res.passes, base.passes)]
+        res.cpu_speed_ratios = [p.cpu_tokens_per_s / b.cpu_tokens_per_s
+                                for p, b in zip(res.passes, base.passes)]
+        res.speed_ratio = statistics.median(res.speed_ratios)
         res.sent_speed_ratio = statistics.median(
             p.sentences_per_s / b.sentences_per_s for p, b in zip(res.passes, base.passes)
         )
-        res.cpu_speed_ratio = statistics.median(
-            p.cpu_tokens_per_s / b.cpu_tokens_per_s for p, b in zip(res.passes, base.passes)
-        )
+        res.cpu_speed_ratio = statistics.median(res.cpu_speed_ratios)
         res.cpu_sent_speed_ratio = statistics.median(
             p.cpu_sentences_per_s / b.cpu_sentences_per_s
             for p, b in zip(res.passes, base.passes)
@@ -106,7 +112,8 @@ def benchmark(
     settings = session.settings()
     settings.update(
         warmup_passes=warmup,
-        warmup_batches=warmup_batches if warmup_batches is not None else "all",
+        warmup_batches=(f"the {warmup_batches} longest" if warmup_batches is not None
+                        else "all"),
         timed_passes=repeats,
         interleaved=True,
         references=ref_source,
@@ -114,6 +121,9 @@ def benchmark(
         cpu_timer="time.process_time around the same task.inference_step calls "
                   "(this process, all threads)",
         tokens_counted="top hypothesis tokens incl. EOS (as fairseq-generate)",
+        threads_per_pass=sorted({p.threads for r in results.values() for p in r.passes}),
+        trace="decoder steps = calls of the first model's decoder.forward per batch "
+              "(fairseq_shared.timing.trace)",
     )
     report = BenchmarkReport(settings, [results[n_] for n_ in names], baseline)
     report.references = refs

@@ -1,6 +1,7 @@
 """One timed decoding pass of one loaded model (:class:`LoadedModel`), its memory sampling, and
 the check that every asked-for sentence was decoded exactly once."""
 
+import contextlib
 import os
 import threading
 import time
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 import torch
 
 from fairseq_shared.timing.results import PassResult
+from fairseq_shared.timing.trace import DecoderTrace, summarize
 
 if TYPE_CHECKING:
     from fairseq_shared.timing.session import Session
@@ -58,8 +60,14 @@ class LoadedModel:
         self.models, self.generator, self.params = models, generator, params
         session.models.extend(models)
 
-    def run_pass(self, max_batches: Optional[int] = None, check: bool = True):
+    def run_pass(self, max_batches: Optional[int] = None, check: bool = True,
+                 trace: bool = True, longest: bool = False):
         """One pass over the selected sentences. Returns ``(PassResult, {id: tokens})``.
+
+        ``max_batches``: only the first N batches (``longest``: the last N, the longest).
+        ``trace``: count decoder steps, occupancy and output lengths per batch
+        (:mod:`.trace`; ``PassResult.trace`` and ``.batches``; not available for a
+        TorchScript-compiled generator, whose trace stays None).
 
         Two clocks wrap the same ``task.inference_step`` calls: ``time.perf_counter``
         (``gen_seconds``) and ``time.process_time`` (``cpu_seconds``: CPU time of this whole
@@ -77,9 +85,13 @@ class LoadedModel:
         if s.use_cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        if s.threads:  # enforced for every pass: other code in the process may change it
+            torch.set_num_threads(s.threads)
+        threads = torch.get_num_threads()
+        tracer = DecoderTrace(self.generator) if trace else None
         wall0 = time.perf_counter()
-        with _PeakRSS() as mem:
-            for sample in s.batches(max_batches):
+        with _PeakRSS() as mem, (tracer or contextlib.nullcontext()):
+            for sample in s.batches(max_batches, longest=longest):
                 sample = utils.move_to_cuda(sample) if s.use_cuda else sample
                 if "net_input" not in sample:
                     continue
@@ -89,6 +101,8 @@ class LoadedModel:
                 elif cfg.generation.prefix_size > 0:
                     prefix_tokens = sample["target"][:, : cfg.generation.prefix_size]
                 constraints = sample.get("constraints")
+                if tracer:
+                    tracer.start_batch(sample)
                 c0, t0 = time.process_time(), time.perf_counter()
                 hypos = s.task.inference_step(
                     self.generator, self.models, sample,
@@ -98,12 +112,16 @@ class LoadedModel:
                     torch.cuda.synchronize()
                 gen_seconds += time.perf_counter() - t0
                 cpu_seconds += time.process_time() - c0
+                lengths = []
                 for i, sid in enumerate(sample["id"].tolist()):
                     toks = hypos[i][0]["tokens"].int().cpu().tolist()
                     n_tokens += len(toks)
+                    lengths.append(len(toks))
                     if sid in outputs:
                         duplicates.append(sid)
                     outputs[sid] = toks
+                if tracer:
+                    tracer.end_batch(lengths)
         wall = time.perf_counter() - wall0
         if s.use_cuda:
             peak = torch.cuda.max_memory_allocated() / 2**20
@@ -112,7 +130,10 @@ class LoadedModel:
             peak, growth = mem.peak / 2**20, (mem.peak - mem.start) / 2**20
         if check and max_batches is None:
             check_counts(s.ids, outputs, duplicates, self.name)
-        result = PassResult(gen_seconds, wall, len(outputs), n_tokens, peak, growth, cpu_seconds)
+        batches = tracer.batches if tracer else []
+        result = PassResult(gen_seconds, wall, len(outputs), n_tokens, peak, growth, cpu_seconds,
+                            trace=summarize(batches), threads=threads)
+        result.batches = batches
         return result, outputs
 
     def detokenize(self, outputs: Dict[int, List[int]]) -> List[str]:

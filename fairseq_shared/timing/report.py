@@ -17,25 +17,34 @@ def markdown_table(report: BenchmarkReport) -> str:
         f"batch size {s['batch_size']}, max tokens {s['max_tokens']}, device {s['device']} "
         f"({s['cpu_model']}), {s['torch_threads']} threads, fp16 {s['fp16']}, "
         f"forced lengths: {s['force_lengths']}; {s['warmup_passes']} warm-up + "
-        f"{s['timed_passes']} timed passes, interleaved; speed = median over passes "
-        f"(CPU: the process's CPU time in the same calls), "
-        f"ratios = median per-round ratio vs `{report.baseline}`.",
+        f"{s['timed_passes']} timed passes, interleaved. Speed is read from the process's CPU "
+        f"time in `task.inference_step` (median over passes, min-max); ratios = median (min-max) "
+        f"of the per-round CPU tokens/s ratio vs `{report.baseline}`. Steps: incremental "
+        f"decoder calls (a batch runs until its last sentence has {s['beam']} finished "
+        f"hypotheses or hits the length limit); per-step cost = CPU time / steps, and / "
+        f"sentence-steps (sentences alive summed over steps). Wall-clock columns last.",
         "",
-        "| model | params | BLEU | chrF | sentences | out tokens | tok/s (median) | tok/s min-max | "
-        "sent/s | ms/token | speed vs baseline | peak mem MB | "
-        "CPU tok/s (median, min-max) | CPU speed vs baseline |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | params | BLEU | chrF | sentences | out tokens | decoder steps | "
+        "steps/sentence | occupancy | hit max len | CPU s (min-max) | CPU tok/s | "
+        "CPU ms/step | CPU us/sentence-step | CPU speed vs baseline (min-max) | "
+        "wall tok/s (min-max) | wall speed vs baseline (min-max) | peak mem MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report.rows():
         lines.append(
             f"| {r['model']} | {r['params']:,} | {fmt(r['bleu'], '.2f')} | {fmt(r['chrf'], '.2f')} "
-            f"| {r['sentences']} | {r['output_tokens']} | {fmt(r['tokens_per_s_median'], '.1f')} "
-            f"| {fmt(r['tokens_per_s_min'], '.1f')}-{fmt(r['tokens_per_s_max'], '.1f')} "
-            f"| {fmt(r['sentences_per_s_median'], '.2f')} | {fmt(r['ms_per_token'], '.2f')} "
-            f"| x{fmt(r['speed_vs_baseline'], '.2f')} | {fmt(r['peak_mem_mb'], '.0f')} "
-            f"| {fmt(r['cpu_tokens_per_s_median'], '.1f')} "
-            f"({fmt(r['cpu_tokens_per_s_min'], '.1f')}-{fmt(r['cpu_tokens_per_s_max'], '.1f')}) "
-            f"| x{fmt(r['cpu_speed_vs_baseline'], '.2f')} |"
+            f"| {r['sentences']} | {r['output_tokens']} | {fmt(r['decoder_steps'], 'd')} "
+            f"| {fmt(r['steps_per_sentence'], '.1f')} | {fmt(r['occupancy'], '.2f')} "
+            f"| {fmt(r['hit_max_len'], 'd')} "
+            f"| {fmt(r['cpu_seconds_median'], '.2f')} ({fmt(r['cpu_seconds_min'], '.2f')}-"
+            f"{fmt(r['cpu_seconds_max'], '.2f')}) | {fmt(r['cpu_tokens_per_s_median'], '.1f')} "
+            f"| {fmt(r['cpu_ms_per_step'], '.2f')} | {fmt(r['cpu_us_per_sentence_step'], '.0f')} "
+            f"| x{fmt(r['cpu_speed_vs_baseline'], '.2f')} ({fmt(r['cpu_speed_vs_baseline_min'], '.2f')}-"
+            f"{fmt(r['cpu_speed_vs_baseline_max'], '.2f')}) "
+            f"| {fmt(r['tokens_per_s_median'], '.1f')} ({fmt(r['tokens_per_s_min'], '.1f')}-"
+            f"{fmt(r['tokens_per_s_max'], '.1f')}) "
+            f"| x{fmt(r['speed_vs_baseline'], '.2f')} ({fmt(r['speed_vs_baseline_min'], '.2f')}-"
+            f"{fmt(r['speed_vs_baseline_max'], '.2f')}) | {fmt(r['peak_mem_mb'], '.0f')} |"
         )
     sig = next((m.bleu_signature for m in report.models if m.bleu_signature), "")
     csig = next((m.chrf_signature for m in report.models if m.chrf_signature), "")
@@ -56,16 +65,25 @@ CSV_FIELDS = [
     "cpu_tokens_per_s_max", "cpu_sentences_per_s_median", "cpu_sentences_per_s_min",
     "cpu_sentences_per_s_max", "cpu_ms_per_token", "cpu_speed_vs_baseline",
     "cpu_sent_speed_vs_baseline",
+    "threads", "speed_vs_baseline_min", "speed_vs_baseline_max", "cpu_speed_vs_baseline_min",
+    "cpu_speed_vs_baseline_max", "cpu_seconds_min", "cpu_seconds_max", "decoder_steps",
+    "sentence_steps", "occupancy", "tail_steps", "hit_max_len", "max_steps_per_batch",
+    "steps_per_sentence", "cpu_ms_per_step", "cpu_ms_per_step_min", "cpu_ms_per_step_max",
+    "cpu_us_per_sentence_step", "decoder_cpu_share",
 ]
 
 
-def output_names(names, prefix: str = "results") -> List[str]:
+def output_names(names, prefix: str = "results", trace: bool = False) -> List[str]:
     """The files :func:`write_report` writes for the models ``names``."""
-    return [f"{prefix}.{k}" for k in ("md", "csv", "json")] + [f"hyp.{n}.txt" for n in names]
+    return ([f"{prefix}.{k}" for k in ("md", "csv", "json")] + [f"hyp.{n}.txt" for n in names]
+            + ([f"trace.{n}.json" for n in names] if trace else []))
 
 
-def write_report(report: BenchmarkReport, out_dir: str, prefix: str = "results") -> Dict[str, str]:
-    """Write ``<prefix>.md``, ``<prefix>.csv``, ``<prefix>.json`` and ``hyp.<name>.txt``."""
+def write_report(report: BenchmarkReport, out_dir: str, prefix: str = "results",
+                 trace: bool = False) -> Dict[str, str]:
+    """Write ``<prefix>.md``, ``<prefix>.csv``, ``<prefix>.json`` and ``hyp.<name>.txt``;
+    with ``trace``, also ``trace.<name>.json``: the first timed pass's batches (sentences,
+    length limit, rows per decoder step, output lengths)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {k: os.path.join(out_dir, f"{prefix}.{k}") for k in ("md", "csv", "json")}
     with open(paths["md"], "w", encoding="utf-8") as f:
@@ -81,4 +99,8 @@ def write_report(report: BenchmarkReport, out_dir: str, prefix: str = "results")
     for m in report.models:
         with open(os.path.join(out_dir, f"hyp.{m.name}.txt"), "w", encoding="utf-8") as f:
             f.write("".join(h + "\n" for h in m.hypotheses))
+        if trace and m.batch_trace:
+            paths[f"trace.{m.name}"] = os.path.join(out_dir, f"trace.{m.name}.json")
+            with open(paths[f"trace.{m.name}"], "w", encoding="utf-8") as f:
+                json.dump({"model": m.name, "batches": m.batch_trace}, f)
     return paths

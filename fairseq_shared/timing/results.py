@@ -18,6 +18,24 @@ class PassResult:
     mem_growth_mb: float
     # the process's CPU time (time.process_time) inside the same task.inference_step calls
     cpu_seconds: float = float("nan")
+    # what beam search did (fairseq_shared.timing.trace.summarize); None when not traced
+    trace: Optional[Dict] = None
+    threads: Optional[int] = None  # torch.get_num_threads() during the pass
+
+    def __post_init__(self):
+        self.batches: List = []  # the pass's BatchTrace records (not serialized with the pass)
+
+    @property
+    def cpu_ms_per_step(self):
+        """CPU milliseconds per decoder step (encoder and search bookkeeping included)."""
+        steps = (self.trace or {}).get("steps")
+        return 1000.0 * self.cpu_seconds / steps if steps else float("nan")
+
+    @property
+    def cpu_us_per_sentence_step(self):
+        """CPU microseconds per sentence and decoder step (a sentence = ``beam`` rows)."""
+        n = (self.trace or {}).get("sentence_steps")
+        return 1e6 * self.cpu_seconds / n if n else float("nan")
 
     @property
     def tokens_per_s(self):
@@ -59,17 +77,29 @@ class ModelResult:
     sent_speed_ratio: Optional[float] = None
     cpu_speed_ratio: Optional[float] = None  # the same, on CPU-time tokens/s
     cpu_sent_speed_ratio: Optional[float] = None
+    # per-round ratios against the baseline (their spread is the ratio's uncertainty)
+    speed_ratios: List[float] = field(default_factory=list)
+    cpu_speed_ratios: List[float] = field(default_factory=list)
+    # the first timed pass's per-batch trace (BatchTrace.to_json), for trace.<name>.json
+    batch_trace: List[Dict] = field(default_factory=list)
 
     def summary(self) -> Dict:
         tps = [p.tokens_per_s for p in self.passes]
         sps = [p.sentences_per_s for p in self.passes]
         cpu_tps = _median_min_max([p.cpu_tokens_per_s for p in self.passes])
         cpu_sps = _median_min_max([p.cpu_sentences_per_s for p in self.passes])
-        cpu_sec = _median_min_max([p.cpu_seconds for p in self.passes])[0]
+        cpu_sec_all = _median_min_max([p.cpu_seconds for p in self.passes])
+        cpu_sec = cpu_sec_all[0]
         q1, q3 = (np.percentile(tps, [25, 75]) if tps else (float("nan"),) * 2)
         med = statistics.median(tps) if tps else float("nan")
         gen = statistics.median([p.gen_seconds for p in self.passes]) if tps else float("nan")
         last = self.passes[-1] if self.passes else None
+        trace = (last.trace if last else None) or {}
+        per_step = _median_min_max([p.cpu_ms_per_step for p in self.passes if p.trace])
+        per_sent_step = _median_min_max(
+            [p.cpu_us_per_sentence_step for p in self.passes if p.trace])
+        cpu_ratio = _median_min_max(self.cpu_speed_ratios)
+        wall_ratio = _median_min_max(self.speed_ratios)
         return {
             "model": self.name,
             "checkpoint": self.path,
@@ -107,6 +137,28 @@ class ModelResult:
             "cpu_sent_speed_vs_baseline": self.cpu_sent_speed_ratio,
             "timed_passes": len(self.passes),
             "deterministic": self.deterministic,
+            "threads": last.threads if last else None,
+            "speed_vs_baseline_min": wall_ratio[1],
+            "speed_vs_baseline_max": wall_ratio[2],
+            "cpu_speed_vs_baseline_min": cpu_ratio[1],
+            "cpu_speed_vs_baseline_max": cpu_ratio[2],
+            "cpu_seconds_min": cpu_sec_all[1],
+            "cpu_seconds_max": cpu_sec_all[2],
+            # what beam search did (the same in every pass of a deterministic model)
+            "decoder_steps": trace.get("steps"),
+            "sentence_steps": trace.get("sentence_steps"),
+            "occupancy": trace.get("occupancy"),
+            "tail_steps": trace.get("tail_steps"),
+            "hit_max_len": trace.get("hit_max"),
+            "max_steps_per_batch": trace.get("max_steps_per_batch"),
+            "steps_per_sentence": trace["sentence_steps"] / last.sentences
+            if trace and last.sentences else None,
+            "cpu_ms_per_step": per_step[0],
+            "cpu_ms_per_step_min": per_step[1],
+            "cpu_ms_per_step_max": per_step[2],
+            "cpu_us_per_sentence_step": per_sent_step[0],
+            "decoder_cpu_share": trace["decoder_cpu_seconds"] / last.cpu_seconds
+            if trace and last.cpu_seconds > 0 else None,
         }
 
 

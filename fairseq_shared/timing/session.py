@@ -121,8 +121,9 @@ class Session:
                  references: Optional[str] = None, script: bool = False):
         from fairseq import tasks, utils
 
-        if threads:
-            torch.set_num_threads(int(threads))
+        self.threads = int(threads) if threads else None  # set again before every pass
+        if self.threads:
+            torch.set_num_threads(self.threads)
         self.args = generation_args(data, first_path, extra_args)
         self.cfg = parse_generation_cfg(self.args)
         cfg = self.cfg
@@ -203,7 +204,9 @@ class Session:
             generator = ScriptedGenerator(generator)
         return LoadedModel(self, name, path, models, generator, params)
 
-    def batches(self, max_batches: Optional[int] = None):
+    def batches(self, max_batches: Optional[int] = None, longest: bool = False):
+        """fairseq's batches of the selected sentences, in its length order (shortest first);
+        ``max_batches``: only the first N, or with ``longest`` the last (longest) N."""
         from fairseq import utils
 
         cfg = self.cfg
@@ -238,6 +241,9 @@ class Session:
             ).next_epoch_itr(shuffle=False)
         finally:
             del dataset.ordered_indices
+        if longest and max_batches is not None:
+            yield from list(itr)[-max_batches:] if max_batches > 0 else []
+            return
         for k, sample in enumerate(itr):
             if max_batches is not None and k >= max_batches:
                 break

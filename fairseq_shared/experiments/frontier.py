@@ -1,0 +1,273 @@
+"""The speed / size / quality frontier of trained models: each checkpoint decoded on the test
+set by every engine a user could deploy it with, at each batch size, one record per model.
+
+Engines: ``fairseq`` (the eager generator, with the decode trace), ``torchscript``
+(``torch.jit.script`` of fairseq's generator, what ``time_generate --script`` runs) and
+CTranslate2 ``ct2_float32`` and ``ct2_int8`` (through :func:`fairseq_shared.export.api.export`;
+a model that cannot be exported, SAN, records the reason instead). Per batch size, the engines
+of one model decode the same sentences in the same batches (:class:`timing.Session`), in
+interleaved timed passes after warm-up. Speed is read from the process's CPU time (one
+thread), wall clock beside it. Hypotheses of the engines that claim exactness (TorchScript,
+CTranslate2 float32) are compared with fairseq's, sentence by sentence.
+"""
+
+import os
+import statistics
+from typing import Callable, Dict, List, Optional
+
+ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8")
+EXACT = {"torchscript": True, "ct2_float32": True, "ct2_int8": False}  # claims identical output
+SCHEMA = 1
+
+
+def parse_checkpoints(spec: str) -> Dict[str, str]:
+    """``name=PATH,name=PATH,...`` -> ordered ``{name: path}``; a clear error otherwise."""
+    out: Dict[str, str] = {}
+    for item in [s for s in spec.split(",") if s.strip()]:
+        name, sep, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"--checkpoints: '{item}' is not NAME=PATH "
+                             "(e.g. --checkpoints vanilla=ckpt/a.pt,cycle_rev=ckpt/b.pt)")
+        if name in out:
+            raise ValueError(f"--checkpoints: the name '{name}' is given twice")
+        if not os.path.isfile(path):
+            raise ValueError(f"--checkpoints: {name}={path}: no such file")
+        out[name] = path
+    if not out:
+        raise ValueError("--checkpoints: no checkpoint given")
+    return out
+
+
+def generate_args(settings: Dict, batch_size: int) -> List[str]:
+    # --num-workers 0: batches are built in this process (no loader process per pass)
+    return ["--num-workers", "0", "--beam", str(settings["beam"]), "--lenpen", str(settings["lenpen"]),
+            "--batch-size", str(batch_size), "--max-len-a", str(settings["max_len_a"]),
+            "--max-len-b", str(settings["max_len_b"]), "--gen-subset", settings["subset"],
+            "--cpu"]
+
+
+def weights_bytes(model, path: str) -> int:
+    """Bytes of the model's weights saved by ``torch.save`` (tied tensors stored once): what a
+    fairseq or TorchScript deployment of this model ships, without optimizer state."""
+    import torch
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(model.state_dict(), path)
+    return os.path.getsize(path)
+
+
+def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict) -> Dict:
+    """The CTranslate2 export of one model, or why it has none."""
+    from fairseq_shared.export.api import export
+    from fairseq_shared.export.plain import ExportError
+    from fairseq_shared.timing import resolve_data
+
+    out = os.path.join(work, name, "export")
+    try:
+        report = export(checkpoint, out, ct2=True, quantization="int8",
+                        data=resolve_data(data)[0], subset=settings["subset"],
+                        sentences=settings["verify_sentences"], beam=settings["beam"],
+                        lenpen=settings["lenpen"], max_len_a=settings["max_len_a"],
+                        max_len_b=settings["max_len_b"], threads=settings["threads"])
+    except ExportError as e:
+        return {"exportable": False, "reason": str(e)}
+    return {"exportable": True, "ok": report["ok"], "dir": out,
+            "verify": {k: {f: v.get(f) for f in ("sentences", "identical", "ties", "different")}
+                       for k, v in report.get("verify", {}).items() if isinstance(v, dict)
+                       and "identical" in v}}
+
+
+def _engines(name, checkpoint, data, settings, export_info):
+    """``{engine: runner or the reason it is unavailable}`` and the sessions to resize.
+
+    One eager and one TorchScript session per model (loading and compiling once); the batch
+    size is set on their configuration before each batch size's passes."""
+    from fairseq_shared.timing import Session
+    from fairseq_shared.timing.ct2_engine import CT2Engine
+
+    args = generate_args(settings, settings["batch_sizes"][0])
+    subset, threads = settings["sentences"] or None, settings["threads"]
+    eager = Session(data, checkpoint, args, subset=subset, threads=threads)
+    runners: Dict[str, object] = {"fairseq": eager.load(name, checkpoint)}
+    sessions = [eager]
+    wanted = settings["engines"]
+    if "torchscript" not in wanted:
+        runners["torchscript"] = "not asked for (--engines)"
+    else:
+        try:
+            scripted = Session(data, checkpoint, args, subset=subset, threads=threads,
+                               script=True)
+            runners["torchscript"] = scripted.load(name, checkpoint)
+            sessions.append(scripted)
+        except Exception as e:  # noqa: BLE001  (a model TorchScript cannot compile: say why)
+            runners["torchscript"] = f"torch.jit.script failed: {type(e).__name__}: {e}"[:500]
+    for engine, sub, ctype in (("ct2_float32", "ct2", "default"), ("ct2_int8", "ct2_int8", "int8")):
+        if engine not in wanted:
+            runners[engine] = "not asked for (--engines)"
+        elif not export_info["exportable"]:
+            runners[engine] = f"not exportable: {export_info['reason']}"
+        else:
+            runners[engine] = CT2Engine(eager, os.path.join(export_info["dir"], sub), ctype,
+                                        threads)
+    return sessions, runners
+
+
+def _median(xs):
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else None
+
+
+def _cell(passes, outputs, session, refs, eager_outputs, eager_trace, engine) -> Dict:
+    """One engine at one batch size: speed over its passes, steps, BLEU, exactness."""
+    from fairseq_shared.data.scoring import score
+    from fairseq_shared.timing.ct2_engine import detokenize
+
+    last = passes[-1]
+    hyps = detokenize(session, outputs)
+    s = score(hyps, refs, digits=None)
+    cell = {
+        "sentences": last.sentences, "tokens": last.tokens,
+        "cpu_seconds": [p.cpu_seconds for p in passes],
+        "wall_seconds": [p.gen_seconds for p in passes],
+        "threads": [p.threads for p in passes],
+        # rates from the median pass time, so tok/s and ms/step read the same passes
+        "cpu_tokens_per_s": last.tokens / _median([p.cpu_seconds for p in passes]),
+        "wall_tokens_per_s": last.tokens / _median([p.gen_seconds for p in passes]),
+        "bleu": s["bleu"], "chrf": s["chrf"],
+        "bleu_signature": s["bleu_signature"], "chrf_signature": s["chrf_signature"],
+        "hypotheses": hyps,
+    }
+    trace, source = last.trace, "decode trace"
+    if trace is None and engine == "torchscript" and outputs == eager_outputs:
+        trace, source = eager_trace, "the fairseq trace (identical hypotheses: the same search)"
+    if trace:
+        cpu = _median(cell["cpu_seconds"])
+        cell.update(steps=trace["steps"], sentence_steps=trace["sentence_steps"],
+                    occupancy=trace["occupancy"], tail_steps=trace["tail_steps"],
+                    hit_max=trace["hit_max"], steps_source=source,
+                    cpu_ms_per_step=1000 * cpu / trace["steps"],
+                    cpu_us_per_sentence_step=1e6 * cpu / trace["sentence_steps"])
+    else:
+        cell.update(steps=None, steps_source="not traced (the engine's own search)")
+    if engine != "fairseq":
+        differ = [sid for sid in session.ids.tolist() if outputs[sid] != eager_outputs[sid]]
+        cell.update(exact_claimed=EXACT[engine], identical=len(session.ids) - len(differ),
+                    compared=len(session.ids), differing_ids=differ[:20])
+        if EXACT[engine]:
+            cell["exact_ok"] = not differ
+    return cell
+
+
+def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Dict,
+                  progress: Callable = print) -> Dict:
+    """Every engine of one checkpoint at every batch size: the model's frontier record."""
+    import torch
+
+    torch.set_num_threads(settings["threads"])
+    progress(f"[frontier] {name}: export ({checkpoint})")
+    if any(e.startswith("ct2") for e in settings["engines"]):
+        export_info = _export(name, checkpoint, data, work, settings)
+    else:
+        export_info = {"exportable": None, "reason": "not asked for (--engines)"}
+    record: Dict = {"schema": SCHEMA, "model": name, "checkpoint": os.path.abspath(checkpoint),
+                    "settings": settings, "export": export_info, "engines": {}}
+    for engine in ENGINES:
+        record["engines"][engine] = {"available": True, "batch": {}}
+    sessions, runners = _engines(name, checkpoint, data, settings, export_info)
+    session = sessions[0]
+    live = [(e, r) for e, r in runners.items() if not isinstance(r, str)]
+    for engine, r in runners.items():
+        if isinstance(r, str):
+            record["engines"][engine].update(available=False, reason=r)
+    for bs in settings["batch_sizes"]:
+        for s in sessions:
+            s.cfg.dataset.batch_size = bs
+        passes = {e: [] for e, _ in live}
+        first = {}
+        rounds = settings["warmup"] + settings["repeats"]
+        for k in range(rounds):
+            order = live[k % len(live):] + live[:k % len(live)]
+            for engine, runner in order:
+                torch.set_num_threads(settings["threads"])
+                result, outputs = runner.run_pass()
+                if k < settings["warmup"]:
+                    continue
+                passes[engine].append(result)
+                first.setdefault(engine, outputs)
+                progress(f"[frontier] {name} b={bs} pass {k + 1 - settings['warmup']}/"
+                         f"{settings['repeats']} {engine}: {result.cpu_tokens_per_s:.1f} CPU "
+                         f"tok/s ({result.cpu_seconds:.2f} CPU s, {result.gen_seconds:.2f} s)")
+        refs, ref_source = session.references()
+        record.setdefault("references", ref_source)
+        record.setdefault("params", runners["fairseq"].params)
+        record.setdefault("sentences", int(len(session.ids)))
+        eager_trace = passes["fairseq"][-1].trace
+        for engine, _ in live:
+            cell = record["engines"][engine]["batch"][str(bs)] = _cell(
+                passes[engine], first[engine], session, refs, first["fairseq"], eager_trace,
+                engine)
+            if cell.get("exact_ok") is False:
+                progress(f"[frontier] WARNING {name} b={bs} {engine}: claims fairseq's "
+                         f"hypotheses but {cell['compared'] - cell['identical']} of "
+                         f"{cell['compared']} differ (ids {cell['differing_ids'][:5]})")
+        if "disk_bytes" not in record["engines"]["fairseq"]:
+            path = os.path.join(work, name, "weights.pt")
+            size = weights_bytes(runners["fairseq"].models[0], path)
+            for engine in ("fairseq", "torchscript"):
+                record["engines"][engine].update(disk_bytes=size,
+                                                 disk_file="torch.save(state_dict)")
+            for engine, sub in (("ct2_float32", "ct2"), ("ct2_int8", "ct2_int8")):
+                if export_info["exportable"] and engine in settings["engines"]:
+                    bin_path = os.path.join(export_info["dir"], sub, "model.bin")
+                    record["engines"][engine].update(disk_bytes=os.path.getsize(bin_path),
+                                                     disk_file="model.bin")
+    return record
+
+
+def settings_for(args) -> Dict:
+    return {"beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
+            "max_len_b": args.max_len_b, "batch_sizes": list(args.batch_sizes),
+            "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
+            "sentences": args.sentences, "subset": args.gen_subset,
+            "engines": list(args.engines),
+            "verify_sentences": args.verify_sentences}
+
+
+def record_path(out: str, name: str) -> str:
+    return os.path.join(out, "models", f"{name}.json")
+
+
+def write_record(out: str, record: Dict) -> List[str]:
+    """``models/<name>.json`` (hypotheses moved to ``hyp/<name>.<engine>.b<bs>.txt``)."""
+    import json
+
+    name = record["model"]
+    paths = [record_path(out, name)]
+    os.makedirs(os.path.join(out, "hyp"), exist_ok=True)
+    os.makedirs(os.path.dirname(paths[0]), exist_ok=True)
+    for engine, e in record["engines"].items():
+        for bs, cell in e.get("batch", {}).items():
+            hyps = cell.pop("hypotheses", None)
+            if hyps is None:
+                continue
+            rel = os.path.join("hyp", f"{name}.{engine}.b{bs}.txt")
+            with open(os.path.join(out, rel), "w", encoding="utf-8") as f:
+                f.write("".join(h + "\n" for h in hyps))
+            cell["hypotheses_file"] = rel
+            paths.append(os.path.join(out, rel))
+    tmp = paths[0] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, paths[0])
+    return paths
+
+
+def load_record(out: str, name: str) -> Optional[Dict]:
+    import json
+
+    path = record_path(out, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,193 @@
+"""The frontier's table, plots and "which to pick", rendered from the per-model records
+(``<out>/models/*.json``) only, so they can be regenerated at any time by one command."""
+
+import glob
+import json
+import os
+from typing import Dict, List, Optional
+
+from fairseq_shared.experiments.frontier import ENGINES
+from fairseq_shared.experiments.markdown import fmt
+
+TOLERANCE = 0.5  # BLEU below the best that still counts as "as good"
+
+
+def load_records(out: str) -> List[Dict]:
+    records = []
+    for path in sorted(glob.glob(os.path.join(out, "models", "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            records.append(json.load(f))
+    return records
+
+
+def options(records: List[Dict]) -> List[Dict]:
+    """One row per (model, engine) that ran: BLEU/chrF at the smallest batch size, speed and
+    per-step cost at every batch size, bytes on disk."""
+    rows = []
+    for rec in records:
+        sizes = [str(b) for b in rec["settings"]["batch_sizes"]]
+        for engine in ENGINES:
+            e = rec["engines"].get(engine, {})
+            if not e.get("batch"):
+                continue
+            ref = e["batch"].get(sizes[0]) or next(iter(e["batch"].values()))
+            rows.append({
+                "model": rec["model"], "engine": engine, "params": rec.get("params"),
+                "bleu": ref["bleu"], "chrf": ref["chrf"], "disk_bytes": e.get("disk_bytes"),
+                "batch": {bs: e["batch"][bs] for bs in sizes if bs in e["batch"]},
+            })
+    return rows
+
+
+def unavailable(records: List[Dict]) -> List[str]:
+    return [f"{rec['model']} {engine}: {e['reason']}" for rec in records
+            for engine, e in rec["engines"].items() if not e.get("batch") and e.get("reason")]
+
+
+def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
+    """Best BLEU; the fastest (CPU tokens/s, at each batch size) and the smallest (bytes on
+    disk) of the options within ``tolerance`` BLEU of the best."""
+    if not rows:
+        return None
+    label = lambda r: f"{r['model']} / {r['engine']}"  # noqa: E731
+    best = max(rows, key=lambda r: r["bleu"])
+    near = [r for r in rows if r["bleu"] >= best["bleu"] - tolerance]
+    out = {"tolerance_bleu": tolerance, "best_bleu": {"option": label(best), "bleu": best["bleu"]},
+           "within_tolerance": [label(r) for r in near], "fastest": {}}
+    sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
+    for bs in sizes:
+        timed = [r for r in near if r["batch"].get(bs, {}).get("cpu_tokens_per_s")]
+        if timed:
+            f = max(timed, key=lambda r: r["batch"][bs]["cpu_tokens_per_s"])
+            out["fastest"][bs] = {"option": label(f), "bleu": f["bleu"],
+                                  "cpu_tokens_per_s": f["batch"][bs]["cpu_tokens_per_s"]}
+    sized = [r for r in near if r.get("disk_bytes")]
+    if sized:
+        s = min(sized, key=lambda r: r["disk_bytes"])
+        out["smallest"] = {"option": label(s), "bleu": s["bleu"], "disk_bytes": s["disk_bytes"]}
+    return out
+
+
+def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict]) -> str:
+    if not records:
+        return "# Frontier\n\nNo model records yet.\n"
+    st = records[0]["settings"]
+    sizes = [str(b) for b in st["batch_sizes"]]
+    lines = [
+        "# Speed / size / quality frontier", "",
+        f"Rendered from `models/*.json` by `python -m fairseq_shared.cli.frontier --render-only`."
+        f" Each model: the `{st['subset']}` set ({records[0].get('sentences')} sentences), beam "
+        f"{st['beam']}, lenpen {st['lenpen']}, max length {st['max_len_a']} x source + "
+        f"{st['max_len_b']}, {st['threads']} thread, batch sizes {', '.join(sizes)}; "
+        f"{st['warmup']} warm-up + {st['repeats']} timed passes per engine, interleaved across "
+        "the model's engines. tok/s: output tokens (EOS included) per second of CPU time "
+        "(the median pass), wall clock in brackets. steps: decoder steps of one pass "
+        "(fairseq's search; TorchScript's is the same search when its hypotheses are "
+        "identical), ms/step: CPU milliseconds per decoder step. BLEU/chrF at batch "
+        f"{sizes[0]}. identical: hypotheses equal to fairseq's at every batch size (engines "
+        "that claim exactness).", "",
+        "| model | engine | BLEU | chrF | MB | " + " | ".join(
+            f"tok/s b={b} | steps b={b} | ms/step b={b}" for b in sizes) + " | identical |",
+        "|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(sizes) + "---|",
+    ]
+    for r in rows:
+        cells = []
+        for bs in sizes:
+            c = r["batch"].get(bs, {})
+            cells.append(f"{fmt(c.get('cpu_tokens_per_s'), '.1f')} "
+                         f"({fmt(c.get('wall_tokens_per_s'), '.1f')}) | "
+                         f"{fmt(c.get('steps'), 'd')} | {fmt(c.get('cpu_ms_per_step'), '.2f')}")
+        same = [c for c in r["batch"].values() if "identical" in c]
+        ident = ("-" if r["engine"] == "fairseq" else
+                 ", ".join(f"{c['identical']}/{c['compared']}" for c in same))
+        mb = r["disk_bytes"] / 1e6 if r.get("disk_bytes") else None
+        lines.append(f"| {r['model']} | {r['engine']} | {fmt(r['bleu'], '.2f')} | "
+                     f"{fmt(r['chrf'], '.2f')} | {fmt(mb, '.2f')} | " + " | ".join(cells)
+                     + f" | {ident} |")
+    missing = unavailable(records)
+    if missing:
+        lines += ["", "Not measured:", ""] + [f"- {m}" for m in missing]
+    if choice:
+        lines += ["", f"## Which to pick (within {choice['tolerance_bleu']} BLEU of the best)", "",
+                  f"- best BLEU: {choice['best_bleu']['option']} "
+                  f"({choice['best_bleu']['bleu']:.2f})"]
+        for bs, f in choice["fastest"].items():
+            lines.append(f"- fastest at batch {bs}: {f['option']} ({f['bleu']:.2f} BLEU, "
+                         f"{f['cpu_tokens_per_s']:.1f} CPU tok/s)")
+        if "smallest" in choice:
+            s = choice["smallest"]
+            lines.append(f"- smallest: {s['option']} ({s['bleu']:.2f} BLEU, "
+                         f"{s['disk_bytes'] / 1e6:.2f} MB)")
+    sig = next((c["bleu_signature"] for r in rows for c in r["batch"].values()), "")
+    lines += ["", f"BLEU signature: `{sig}`", ""]
+    return "\n".join(lines)
+
+
+def plots(rows: List[Dict], out: str) -> List[str]:
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    markers = dict(zip(ENGINES, ("o", "s", "^", "v")))
+    models = sorted({r["model"] for r in rows})
+    colors = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
+    paths = []
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.5), squeeze=False)
+    for ax, bs in zip(axes[0], sizes):
+        for r in rows:
+            x = r["batch"].get(bs, {}).get("cpu_tokens_per_s")
+            if x:
+                ax.scatter(x, r["bleu"], marker=markers[r["engine"]], c=colors[r["model"]])
+        ax.set_xscale("log")
+        ax.set_xlabel(f"output tokens per CPU second, batch {bs}")
+        ax.set_ylabel("BLEU")
+        ax.grid(alpha=0.3)
+    _legend(axes[0][-1], models, colors, markers)
+    fig.tight_layout()
+    paths.append(os.path.join(out, "frontier_bleu_vs_speed.png"))
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for r in rows:
+        if r.get("disk_bytes"):
+            ax.scatter(r["disk_bytes"] / 1e6, r["bleu"], marker=markers[r["engine"]],
+                       c=colors[r["model"]])
+    ax.set_xlabel("model on disk (MB)")
+    ax.set_ylabel("BLEU")
+    ax.grid(alpha=0.3)
+    _legend(ax, models, colors, markers)
+    fig.tight_layout()
+    paths.append(os.path.join(out, "frontier_bleu_vs_mb.png"))
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def _legend(ax, models, colors, markers):
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colors[m], marker="o", ls="", label=m) for m in models]
+    handles += [Line2D([], [], color="gray", marker=mk, ls="", label=e)
+                for e, mk in markers.items()]
+    ax.legend(handles=handles, fontsize=7)
+
+
+def render(out: str) -> Dict[str, str]:
+    """``frontier.md``, ``pick.json`` and the two plots in ``out``, from its records."""
+    records = load_records(out)
+    rows = options(records)
+    choice = pick(rows)
+    paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
+    with open(paths["md"], "w", encoding="utf-8") as f:
+        f.write(markdown(records, rows, choice))
+    with open(paths["pick"], "w", encoding="utf-8") as f:
+        json.dump(choice, f, indent=1)
+    if rows:
+        for p in plots(rows, out):
+            paths[os.path.basename(p)] = p
+    return paths

@@ -1,0 +1,65 @@
+"""A CTranslate2 model timed like :class:`~fairseq_shared.timing.passes.LoadedModel`: the
+session's sentences in the session's batches, fairseq's length limit, both clocks."""
+
+import time
+from typing import Dict, List
+
+from fairseq_shared.timing.passes import _PeakRSS, check_counts
+from fairseq_shared.timing.results import PassResult
+
+
+class CT2Engine:
+    """``run_pass()`` decodes the session's batches with a CTranslate2 translator and returns
+    ``(PassResult, {id: target ids with EOS})`` (no decode trace: CTranslate2's search is
+    not Python's to count)."""
+
+    def __init__(self, session, model_dir: str, compute_type: str, threads: int):
+        from fairseq_shared.export.ct2 import CT2Decoder
+
+        self.session = session
+        self.decoder = CT2Decoder(model_dir, session.src_dict, session.tgt_dict, threads,
+                                  compute_type)
+        self.max_positions = min(  # fairseq's limit; the task's when no model is loaded
+            [m.max_decoder_positions() for m in session.models]
+            or [session.task.cfg.max_target_positions])
+
+    def run_pass(self):
+        s, gen = self.session, self.session.cfg.generation
+        outputs: Dict[int, List[int]] = {}
+        gen_seconds = cpu_seconds = 0.0
+        tokens = 0
+        wall0 = time.perf_counter()
+        with _PeakRSS() as mem:
+            for sample in s.batches():
+                src = sample["net_input"]["src_tokens"]
+                limit = min(int(gen.max_len_a * src.size(1) + gen.max_len_b),
+                            self.max_positions - 1)  # fairseq's SequenceGenerator limit
+                c0, t0 = time.process_time(), time.perf_counter()
+                hyps = self.decoder.translate(list(src), gen.beam, gen.lenpen, limit, gen.min_len)
+                gen_seconds += time.perf_counter() - t0
+                cpu_seconds += time.process_time() - c0
+                for sid, (ids, _) in zip(sample["id"].tolist(), hyps):
+                    outputs[sid] = ids
+                    tokens += len(ids)
+        check_counts(s.ids, outputs, name=self.decoder.model_dir)
+        wall = time.perf_counter() - wall0
+        return PassResult(gen_seconds, wall, len(outputs), tokens, mem.peak / 2**20,
+                          (mem.peak - mem.start) / 2**20, cpu_seconds), outputs
+
+
+def detokenize(session, outputs: Dict[int, List[int]]) -> List[str]:
+    """Target ids of the session's sentences (id order) as fairseq-generate post-processes
+    them (``--post-process``, then ``--bpe``/``--tokenizer`` decoding)."""
+    import torch
+    from fairseq import utils
+
+    hyps = []
+    for sid in session.ids.tolist():
+        _, text, _ = utils.post_process_prediction(
+            hypo_tokens=torch.tensor(outputs[sid], dtype=torch.int), src_str="", alignment=None,
+            align_dict=None, tgt_dict=session.tgt_dict,
+            remove_bpe=session.cfg.common_eval.post_process,
+            extra_symbols_to_ignore={session.tgt_dict.eos()},
+        )
+        hyps.append(session.decode_fn(text))
+    return hyps

@@ -1,0 +1,144 @@
+"""The frontier tool end to end (issue 19, item 3) on the tiny trained vanilla and cycle_rev
+models of test_timing, and a SAN model that cannot be exported."""
+
+import json
+import os
+import statistics
+
+import pytest
+
+from test_timing import ckpts, toy  # noqa: F401  (session fixtures)
+
+SENTENCES = 6
+
+
+@pytest.fixture(scope="module")
+def san_checkpoint(toy, tmp_path_factory):
+    from helpers_checkpoint import build_for_data, save_checkpoint
+
+    args, _, model = build_for_data(os.path.join(toy, "bin"), "shared_transformer", [
+        "--decoder-layers", "4", "--san-self-policy", "1,3", "--san-cross-policy", "2,2"])
+    return save_checkpoint(str(tmp_path_factory.mktemp("san") / "san.pt"), args, model)
+
+
+@pytest.fixture(scope="module")
+def frontier_run(toy, ckpts, san_checkpoint, tmp_path_factory):
+    from fairseq_shared.cli import frontier
+
+    out = tmp_path_factory.mktemp("frontier")
+    common = ["--data", toy, "--out", str(out / "results"), "--work", str(out / "work"),
+              "--batch-sizes", "1,3", "--beam", "2", "--max-len-a", "1", "--max-len-b", "5",
+              "--warmup", "0", "--repeats", "2", "--sentences", str(SENTENCES),
+              "--verify-sentences", "3"]
+    argv = ["--checkpoints", f"vanilla={ckpts['vanilla']},cycle_rev={ckpts['cycle_rev_2L']}",
+            *common]
+    assert frontier.main(argv) == 0
+    # SAN without TorchScript (its compilation is the slow part of this test)
+    assert frontier.main(["--checkpoints", f"san={san_checkpoint}", *common,
+                          "--engines", "fairseq,ct2_float32,ct2_int8"]) == 0
+    return out / "results", argv
+
+
+def _record(out, name):
+    return json.loads((out / "models" / f"{name}.json").read_text())
+
+
+def test_every_engine_of_an_exportable_model(frontier_run):
+    out, _ = frontier_run
+    for name in ("vanilla", "cycle_rev"):
+        rec = _record(out, name)
+        assert rec["settings"]["threads"] == 1 and rec["sentences"] == SENTENCES
+        engines = rec["engines"]
+        assert set(engines) == {"fairseq", "torchscript", "ct2_float32", "ct2_int8"}
+        for engine, e in engines.items():
+            assert set(e["batch"]) == {"1", "3"}, (name, engine)
+            for bs, c in e["batch"].items():
+                assert c["sentences"] == SENTENCES and len(c["cpu_seconds"]) == 2
+                assert c["threads"] == [1, 1] or engine.startswith("ct2")
+                assert c["cpu_tokens_per_s"] == pytest.approx(
+                    c["tokens"] / statistics.median(c["cpu_seconds"]))
+                hyps = (out / c["hypotheses_file"]).read_text().splitlines()
+                assert len(hyps) == SENTENCES
+        # exactness: TorchScript and CTranslate2 float32 give fairseq's hypotheses
+        for engine in ("torchscript", "ct2_float32"):
+            for bs, c in engines[engine]["batch"].items():
+                assert c["exact_claimed"] and c["exact_ok"], (name, engine, bs, c)
+                assert c["identical"] == c["compared"] == SENTENCES
+                assert c["bleu"] == engines["fairseq"]["batch"][bs]["bleu"]
+        assert engines["ct2_int8"]["batch"]["1"]["exact_claimed"] is False
+        # the decode trace: fairseq's steps; TorchScript's are the same search
+        for bs in ("1", "3"):
+            f, t = engines["fairseq"]["batch"][bs], engines["torchscript"]["batch"][bs]
+            assert f["steps"] >= 1 and t["steps"] == f["steps"]
+            assert f["cpu_ms_per_step"] == pytest.approx(
+                1000 * statistics.median(f["cpu_seconds"]) / f["steps"])
+            assert engines["ct2_float32"]["batch"][bs]["steps"] is None
+        # batch 1: one sentence per batch, so at least one step per output token
+        f1 = engines["fairseq"]["batch"]["1"]
+        assert f1["steps"] >= f1["tokens"] and f1["occupancy"] == 1.0
+        # sizes: the int8 file is smaller than float32; fairseq's weights once each
+        assert engines["ct2_int8"]["disk_bytes"] < engines["ct2_float32"]["disk_bytes"]
+        assert engines["fairseq"]["disk_bytes"] == engines["torchscript"]["disk_bytes"]
+    # cycle_rev ties its weights: its file is about vanilla's (same unique parameters)
+    v, c = _record(out, "vanilla"), _record(out, "cycle_rev")
+    assert v["params"] == c["params"]
+    assert c["engines"]["fairseq"]["disk_bytes"] < 1.1 * v["engines"]["fairseq"]["disk_bytes"]
+
+
+def test_san_is_recorded_as_not_exportable_with_the_reason(frontier_run):
+    out, _ = frontier_run
+    rec = _record(out, "san")
+    assert rec["export"]["exportable"] is False
+    for engine in ("ct2_float32", "ct2_int8"):
+        e = rec["engines"][engine]
+        assert e["available"] is False and e["batch"] == {}
+        assert "cannot export a SAN model" in e["reason"]
+    assert set(rec["engines"]["fairseq"]["batch"]) == {"1", "3"}
+    assert rec["engines"]["torchscript"]["reason"] == "not asked for (--engines)"
+    text = (out / "frontier.md").read_text()
+    assert "san ct2_float32: not exportable: cannot export a SAN model" in text
+
+
+def test_table_plots_and_pick_come_from_the_records(frontier_run):
+    from fairseq_shared.cli import frontier
+    from fairseq_shared.experiments.frontier_report import load_records, options, pick
+
+    out, argv = frontier_run
+    rows = options(load_records(str(out)))
+    choice = json.loads((out / "pick.json").read_text())
+    best = max(r["bleu"] for r in rows)
+    assert choice["best_bleu"]["bleu"] == best
+    near = [r for r in rows if r["bleu"] >= best - 0.5]
+    fastest = max(near, key=lambda r: r["batch"]["3"]["cpu_tokens_per_s"])
+    assert choice["fastest"]["3"]["option"] == f"{fastest['model']} / {fastest['engine']}"
+    smallest = min(near, key=lambda r: r["disk_bytes"])
+    assert choice["smallest"]["disk_bytes"] == smallest["disk_bytes"]
+    for png in ("frontier_bleu_vs_speed.png", "frontier_bleu_vs_mb.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    table = (out / "frontier.md").read_text()
+    assert "| cycle_rev | ct2_int8 |" in table and "Which to pick" in table
+    # the pick on hand-made options: 0.5 BLEU tolerance
+    made = [{"model": m, "engine": "fairseq", "bleu": b, "disk_bytes": d,
+             "batch": {"1": {"cpu_tokens_per_s": t}}}
+            for m, b, t, d in (("a", 20.0, 100, 9e6), ("b", 19.6, 300, 3e6), ("c", 19.4, 900, 1e6))]
+    p = pick(made)
+    assert p["best_bleu"]["option"] == "a / fairseq"
+    assert p["fastest"]["1"]["option"] == "b / fairseq"  # c is 0.6 below the best
+    assert p["smallest"]["option"] == "b / fairseq"
+    # re-running skips recorded models; --render-only rewrites the table from the records
+    (out / "frontier.md").unlink()
+    assert frontier.main(argv) == 0 and (out / "frontier.md").exists()
+    assert frontier.main(["--out", str(out), "--render-only"]) == 0
+    assert (out / "frontier.md").read_text() == table
+
+
+def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
+    from fairseq_shared.cli import frontier
+
+    for spec, msg in (("vanilla", "is not NAME=PATH"), (f"a={tmp_path}/x.pt", "no such file")):
+        assert frontier.main(["--checkpoints", spec, "--data", str(tmp_path),
+                              "--out", str(tmp_path / "o")]) == 2
+        assert msg in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        frontier.main(["--out", str(tmp_path), "--engines", "ct2_float32"])
+    assert "fairseq always included" in capsys.readouterr().err
