@@ -59,7 +59,7 @@ def measure(args, progress=print):
 
 
 def markdown(rows, command):
-    from fairseq_shared.experiments.markdown import fmt
+    from fairseq_shared.markdown import fmt
 
     lines = ["# The speed disagreement, separated", "", f"Command: `{command}`", "",
              "| setting | model | BLEU | out tokens | decoder steps | tail steps | at limit | "

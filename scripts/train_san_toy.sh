@@ -1,5 +1,5 @@
 #!/bin/bash
-# Quality check on the synthetic toy corpus (fairseq_shared.toydata), where a tiny model
+# Quality check on the synthetic toy corpus (fairseq_shared.data.toydata), where a tiny model
 # converges in a minute: vanilla vs SAN under the same number of updates.
 # usage: scripts/train_san_toy.sh NAME ARCH MAX_UPDATE [extra fairseq-train flags]
 set -e

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairseq_shared.experiments.commands import TOOLS, USER_DIR, fairseq_tool
+from fairseq_shared.fairseq_commands import TOOLS, USER_DIR, fairseq_tool
 
 BIN = Path(sys.executable).parent  # other console scripts (torchrun, fairseq-shared-average)
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

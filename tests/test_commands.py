@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import fairseq_shared
-from fairseq_shared.experiments.commands import USER_DIR, fairseq_command, fairseq_tool
+from fairseq_shared.fairseq_commands import USER_DIR, fairseq_command, fairseq_tool
 
 
 def test_user_dir_is_the_package_and_tools_are_this_pythons():

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from fairseq_shared.experiments.commands import USER_DIR, fairseq_tool
+from fairseq_shared.fairseq_commands import USER_DIR, fairseq_tool
 from helpers_params import model_params
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from fairseq_shared.experiments import evidence, evidence_report
-from fairseq_shared.toydata import build_toy_corpus
+from fairseq_shared.data.toydata import build_toy_corpus
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from fairseq.data import data_utils
 
 from fairseq_shared import compat
-from fairseq_shared.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES, build_toy_corpus
 from helpers_checkpoint import build_for_data, save_checkpoint
 from helpers_data import USER_DIR, run_tool
 

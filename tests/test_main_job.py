@@ -5,7 +5,7 @@ import os
 import pytest
 
 from fairseq_shared.cli import main_job
-from fairseq_shared.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES, build_toy_corpus
 
 
 @pytest.fixture(scope="session")

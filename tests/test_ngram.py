@@ -1,4 +1,4 @@
-"""Interpolated modified Kneser-Ney (fairseq_shared.ngram) on corpora small enough to compute
+"""Interpolated modified Kneser-Ney (fairseq_shared.experiments.ngram) on corpora small enough to compute
 by hand: the closed forms, the adjusted counts, the discounts, normalisation, unseen words."""
 
 import math
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fairseq_shared.ngram import BOS, EOS, UNK, KneserNey, estimate_discounts
+from fairseq_shared.experiments.ngram import BOS, EOS, UNK, KneserNey, estimate_discounts
 
 TINY = [["a", "b"], ["a", "c"], ["b", "c"]]
 D = [(0.5, 1.0, 1.0), (0.5, 1.0, 1.0)]

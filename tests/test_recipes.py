@@ -14,7 +14,7 @@ import pytest
 
 from fairseq_shared.data import pipeline, recipes
 from fairseq_shared.data.pipeline import count_lines, read_lines
-from fairseq_shared.experiments import recipe_runs
+from fairseq_shared.data import recipe_runs
 
 # A toy language pair: "German"/"Finnish"/... word i <-> English word i.
 EN = ("the house is small and old . a man sees the dog ; it runs home quickly , "

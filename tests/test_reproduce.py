@@ -6,7 +6,7 @@ import os
 import pytest
 
 from fairseq_shared.cli import reproduce
-from fairseq_shared.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES, build_toy_corpus
 
 
 @pytest.fixture(scope="session")

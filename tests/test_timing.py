@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import sacrebleu
 
-from fairseq_shared.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES, build_toy_corpus
 
 GEN = ["--beam", "2", "--batch-size", "16", "--cpu", "--max-len-a", "1", "--max-len-b", "5"]
 N_TEST = SIZES["test"]
@@ -71,7 +71,7 @@ def test_benchmark_counts_scores_and_interleaving(toy, ckpts):
 
 def test_same_hypotheses_as_fairseq_generate(toy, ckpts):
     """The decode is fairseq-generate's: its D- lines equal our hypotheses."""
-    from fairseq_shared.experiments.commands import fairseq_command
+    from fairseq_shared.fairseq_commands import fairseq_command
     from fairseq_shared.timing import benchmark
 
     report = benchmark({"v": ckpts["vanilla"]}, toy, GEN, warmup=0, repeats=1, threads=1,

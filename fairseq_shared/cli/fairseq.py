@@ -4,13 +4,13 @@
     python -m fairseq_shared.cli.fairseq generate DATA_BIN --path CKPT ...
 
 is ``fairseq-train DATA_BIN --user-dir <fairseq_shared> ...`` (the executable and the user
-dir from :mod:`fairseq_shared.experiments.commands`), for shell scripts.
+dir from :mod:`fairseq_shared.fairseq_commands`), for shell scripts.
 """
 
 import os
 import sys
 
-from fairseq_shared.experiments.commands import TOOLS, fairseq_command
+from fairseq_shared.fairseq_commands import TOOLS, fairseq_command
 
 
 def main(argv=None):

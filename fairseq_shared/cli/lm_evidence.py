@@ -105,7 +105,7 @@ def main(argv=None):
     if args.command == "plan":
         plan(args, items)
         return 0
-    from fairseq_shared.experiments.commands import terminate_on_sigterm
+    from fairseq_shared.fairseq_commands import terminate_on_sigterm
 
     terminate_on_sigterm()
     lm_evidence.snapshot_corpus(args.data, args.results)

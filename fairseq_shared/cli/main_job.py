@@ -86,7 +86,7 @@ def stage(k, name, t0):
 def main(argv=None):
     t0 = time.time()
     args = build_parser().parse_args(argv)
-    from fairseq_shared.experiments.commands import terminate_on_sigterm
+    from fairseq_shared.fairseq_commands import terminate_on_sigterm
 
     terminate_on_sigterm()
     stage(1, "setup", t0)

@@ -36,7 +36,7 @@ import json
 import os
 import sys
 
-from fairseq_shared.experiments.commands import terminate_on_sigterm
+from fairseq_shared.fairseq_commands import terminate_on_sigterm
 from fairseq_shared.experiments.configs import BUDGETS, CONFIGS, TABLES, load_budget, select_configs
 from fairseq_shared.experiments.reproduce import reproduce
 

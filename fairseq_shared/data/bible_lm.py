@@ -67,7 +67,7 @@ def check_split(bible: Path, held_out: dict) -> None:
 
 
 def preprocess_command(tok: Path, dest: Path) -> list:
-    from fairseq_shared.experiments.commands import fairseq_command
+    from fairseq_shared.fairseq_commands import fairseq_command
 
     # fairseq-preprocess takes no positional DATA: its first flag stands in that place
     return fairseq_command("preprocess", "--only-source",

@@ -209,7 +209,7 @@ def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=No
         finally:
             preprocess.logger.removeFilter(quiet)
     else:
-        from fairseq_shared.experiments.commands import fairseq_tool
+        from fairseq_shared.fairseq_commands import fairseq_tool
 
         run_cmd(fairseq_tool("preprocess") + args)
     if destdir.exists():

@@ -1,5 +1,5 @@
 """The papers' benchmarks as one pipeline with a config per task (:data:`TASKS`); this module
-prepares the data, :mod:`fairseq_shared.experiments.recipe_runs` trains, averages and evaluates.
+prepares the data, :mod:`fairseq_shared.data.recipe_runs` trains, averages and evaluates.
 
     python -m fairseq_shared.data.recipes TASK prepare  --work DIR   # fetch, tokenize, BPE, binarize
     python -m fairseq_shared.data.recipes TASK train    --work DIR   # fairseq-train, papers' settings
@@ -334,7 +334,7 @@ def main(argv=None):
         for name, t in TASKS.items():
             print(f"{name:16s} {t.src}->{t.tgt}  data: ${t.env}  {t.notes}")
         return 0
-    from fairseq_shared.experiments.recipe_runs import average, evaluate, train, train_command
+    from fairseq_shared.data.recipe_runs import average, evaluate, train, train_command
 
     task = TASKS[args.task]
     work = Path(args.work or Path("work") / task.name)

@@ -1,7 +1,7 @@
 """The papers' benchmarks as data: one :class:`Task` per language pair and test suite
 (:data:`TASKS`), the files each needs and how they are prepared, trained and scored. Used by
 :mod:`fairseq_shared.data.recipes` (preparation, the CLI) and
-:mod:`fairseq_shared.experiments.recipe_runs` (training, evaluation).
+:mod:`fairseq_shared.data.recipe_runs` (training, evaluation).
 """
 
 import dataclasses

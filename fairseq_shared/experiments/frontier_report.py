@@ -7,7 +7,7 @@ import os
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.frontier import ENGINES
-from fairseq_shared.experiments.markdown import fmt
+from fairseq_shared.markdown import fmt
 
 TOLERANCE = 0.5  # BLEU below the best that still counts as "as good"
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from fairseq_shared.ngram import KneserNey
+from fairseq_shared.experiments.ngram import KneserNey
 
 ORDERS = {"unigram": 1, "kn5": 5}
 # KenLM's --discount_fallback, for an order whose count-of-counts give no valid discounts

@@ -13,7 +13,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.commands import fairseq_command, fairseq_tool
+from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.experiments.runs import Run, set_params_or_skip
 
 # N, M: decoder layers and parameter sets. Equal compute is N = 6 for every shared row, so

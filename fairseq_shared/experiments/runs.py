@@ -7,7 +7,7 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.commands import fairseq_command, fairseq_tool
+from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.experiments.configs import resolve_count
 from fairseq_shared.experiments.corpus import corpus_paths
 

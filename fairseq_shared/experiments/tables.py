@@ -7,7 +7,7 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.markdown import fmt
+from fairseq_shared.markdown import fmt
 from fairseq_shared.experiments.plots import plot
 from fairseq_shared.experiments.runs import Run
 

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from typing import List, Optional
 
-from fairseq_shared.experiments.commands import fairseq_command
+from fairseq_shared.fairseq_commands import fairseq_command
 from fairseq_shared.policy import format_policy, no_sharing
 
 logger = logging.getLogger("fairseq_shared.learn_to_share")

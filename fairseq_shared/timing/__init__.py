@@ -78,7 +78,7 @@ interleaved run, ratios, BLEU/chrF), :mod:`.trace` (decoder steps, occupancy, le
 """
 
 import fairseq_shared  # noqa: F401  (registers models; compat fixes)
-from fairseq_shared.experiments.commands import USER_DIR
+from fairseq_shared.fairseq_commands import USER_DIR
 from fairseq_shared.timing.benchmark import benchmark, benchmark_forced_lengths
 from fairseq_shared.timing.passes import (
     DroppedSentencesError,

@@ -5,15 +5,12 @@ import contextlib
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
 from fairseq_shared.timing.results import PassResult
 from fairseq_shared.timing.trace import DecoderTrace, summarize
-
-if TYPE_CHECKING:
-    from fairseq_shared.timing.session import Session
 
 
 class DroppedSentencesError(RuntimeError):
@@ -55,7 +52,9 @@ def _rss_bytes() -> int:
 
 
 class LoadedModel:
-    def __init__(self, session: "Session", name, path, models, generator, params):
+    """One checkpoint loaded into a :class:`~fairseq_shared.timing.session.Session`."""
+
+    def __init__(self, session, name, path, models, generator, params):
         self.session, self.name, self.path = session, name, path
         self.models, self.generator, self.params = models, generator, params
         session.models.extend(models)

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Dict, List
 
-from fairseq_shared.experiments.markdown import fmt
+from fairseq_shared.markdown import fmt
 from fairseq_shared.timing.results import BenchmarkReport
 
 

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from fairseq_shared.experiments.commands import USER_DIR
+from fairseq_shared.fairseq_commands import USER_DIR
 from fairseq_shared.timing.passes import DroppedSentencesError, LoadedModel
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fairseq_shared.data import pipeline, scoring
 from fairseq_shared.data.pipeline import log, read_lines, write_lines
-from fairseq_shared.experiments.commands import fairseq_command
+from fairseq_shared.fairseq_commands import fairseq_command
 
 # Takase & Kiyono's optimisation settings, shared by every task.
 TAKASE_KIYONO = (

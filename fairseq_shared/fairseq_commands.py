@@ -11,7 +11,7 @@ import sys
 from typing import List
 
 # --user-dir: the fairseq_shared package directory
-USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.dirname(os.path.abspath(__file__))
 TOOLS = ("train", "generate", "preprocess", "interactive", "validate", "score", "eval_lm")
 
 

@@ -13,7 +13,7 @@ import random
 import subprocess
 import sys
 
-from fairseq_shared.experiments.commands import fairseq_tool
+from fairseq_shared.fairseq_commands import fairseq_tool
 
 ES = "uno dos tres cuatro cinco seis siete ocho nueve diez casa perro gato agua sol luna " \
      "dios tierra cielo hombre mujer rey dijo dia noche".split()
