@@ -14,6 +14,7 @@ whole test set once, and writes at once
 committed run files only.
 """
 
+import functools
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -38,7 +39,7 @@ QUEUE: List[Tuple[str, int]] = [
 
 def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
     """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`."""
-    return queue.parse_queue(text, QUEUE, (c["name"] for c in CONFIGS))
+    return queue.parse_queue(text, QUEUE, sorted(c["name"] for c in CONFIGS))
 
 
 def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict, progress=print):
@@ -113,20 +114,9 @@ def evidence_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple
                   f"{result['updates']} updates)" if hyps else f"evidence: {item.id} finished")
 
 
-SUITE = queue.Suite(
-    "evidence",
-    run=lambda item, ctx: run_item(item.name, item.seed, ctx.data, ctx.work, ctx.results,
-                                   ctx.budget, ctx.overrides, ctx.progress),
-    commit_files=evidence_commit)
-
-
-def work_queue(items: Sequence[Tuple[str, int]], data: str, work: str, results: str,
-               budget_name: str = "evidence", overrides: Sequence[str] = (),
-               commit_repo: Optional[str] = None, progress=print) -> List[str]:
-    """Run every unfinished, unclaimed item in order (:func:`queue.work`); returns the ids
-    this worker finished."""
-    ctx = queue.Context(data, work, results, budget_name, overrides, progress, commit_repo)
-    return queue.work(SUITE, [queue.Item(n, s) for n, s in items], ctx)
+SUITE = queue.Suite("evidence", run=queue.item_runner(run_item), commit_files=evidence_commit)
+#: work_queue(items, data, work, results, budget, overrides=(), commit_repo=None, progress=print)
+work_queue = functools.partial(queue.work_pairs, SUITE)
 
 
 def snapshot_corpus(data: str, results: str) -> None:

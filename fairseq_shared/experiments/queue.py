@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
-from fairseq_shared.experiments.training import log_records, train
+from fairseq_shared.experiments.training import checkpoint_progress, log_records, train
 
 #: inside :func:`claim`, between opening and locking, sleep SECONDS or wait ``until:FILE``
 #: exists (tests inject races with it)
@@ -86,7 +86,7 @@ def parse_queue(text: Optional[str], default: Sequence[Tuple[str, int]],
         name, _, seed = part.strip().partition(":")
         if name not in known:
             raise SystemExit(f"--queue: unknown configuration '{name}'; known: "
-                             f"{', '.join(sorted(known))}")
+                             f"{', '.join(known)}")
         if not seed.isdigit():
             raise SystemExit(f"--queue: '{part}' needs a seed, as in {name}:1")
         items.append((name, int(seed)))
@@ -225,6 +225,21 @@ class Suite:
     commit_files: Callable[[Item, Dict, Context], Tuple[List[Path], str]]
 
 
+def item_runner(run_item: Callable[..., Dict]) -> Callable[[Item, Context], Dict]:
+    """A Suite's ``run`` from ``run_item(name, seed, data, work, results, budget, overrides,
+    progress)``."""
+    return lambda item, ctx: run_item(item.name, item.seed, ctx.data, ctx.work, ctx.results,
+                                      ctx.budget, ctx.overrides, ctx.progress)
+
+
+def work_pairs(suite: Suite, pairs: Sequence[Tuple[str, int]], data: str, work_dir: str,
+               results: str, budget: str, overrides: Sequence[str] = (),
+               commit_repo: Optional[str] = None, progress=print) -> List[str]:
+    """:func:`work` over ``(name, seed)`` items."""
+    ctx = Context(data, work_dir, results, budget, overrides, progress, commit_repo)
+    return work(suite, [Item(n, s) for n, s in pairs], ctx)
+
+
 def _commit(suite: Suite, item: Item, result: Dict, ctx: Context, only_if_dirty=False) -> None:
     paths, message = suite.commit_files(item, result, ctx)
     paths = [result_path(ctx.results, item.name, item.seed), *paths]
@@ -340,6 +355,13 @@ def train_run(run, ident: str, progress=print) -> Dict:
     if run.state() != "done":
         train(run, progress, 1, 1, time.time())
     return run.done_info()
+
+
+def checkpoint_updates(run) -> int:
+    """Updates stored in ``run``'s ``checkpoint_last.pt`` (0 without one)."""
+    if not os.path.exists(run.checkpoint):
+        return 0
+    return checkpoint_progress(run.checkpoint)["updates"]
 
 
 def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],
