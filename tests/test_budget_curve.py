@@ -1,4 +1,4 @@
-"""The budget-curve suite end to end on the toy corpus (tiny budget, milestones 10/20/40): a
+"""The budget-curve suite end to end on the toy corpus (tiny budget, milestones 10 and 30): a
 worker killed with SIGKILL between two milestones and restarted writes what an uninterrupted
 worker writes; training in stages equals one long run; the tables and plots render from the
 written files; the early-stop rule counted in validations."""
@@ -7,26 +7,18 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from fairseq_shared.experiments import budget_curve, budget_report, evidence, milestones, queue
-from fairseq_shared.toydata import build_toy_corpus
-
-ROOT = Path(__file__).resolve().parents[1]
+from fairseq_shared.experiments import budget_curve, budget_report, evidence, milestones
+from helpers_queue import attempts, start_worker, toy_corpus
 
 
-def worker(toy, root, *args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "fairseq_shared.cli.budget", "run", "--data", toy,
-           "--work", str(root / "work"), "--results", str(root / "results"),
-           "--budget", "tiny_milestones", "--queue", "vanilla:1", *args]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+def worker(toy, root):
+    return start_worker("budget", toy, root, "--budget", "tiny_milestones", "--queue",
+                        "vanilla:1")
 
 
 def written(root):
@@ -47,7 +39,7 @@ def written(root):
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    return build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy_budget"))
+    return toy_corpus(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -60,28 +52,26 @@ def uninterrupted(toy, tmp_path_factory):
 
 def test_each_milestone_is_written_then_the_averaged_final(uninterrupted, toy):
     rec = written(uninterrupted)
-    assert sorted(rec) == ["hyps", "vanilla_s1.json", "vanilla_s1_u10.json",
-                           "vanilla_s1_u20.json", "vanilla_s1_u40.json"]
-    assert sorted(rec["hyps"]) == [f"vanilla_s1_{s}.en" for s in ("avg", "u10", "u20", "u40")]
+    assert sorted(rec) == ["hyps", "vanilla_s1.json", "vanilla_s1_u10.json", "vanilla_s1_u30.json"]
+    assert sorted(rec["hyps"]) == [f"vanilla_s1_{s}.en" for s in ("avg", "u10", "u30")]
     final = rec["vanilla_s1.json"]
-    assert final["updates"] == 40
-    # the last 3 kept interval checkpoints (keep_interval_updates=3), nothing after the end
-    assert final["average_of"] == [f"checkpoint_{e}_{u}.pt" for e, u in ((2, 40), (2, 30), (1, 20))]
-    for k in (10, 20, 40):
+    assert final["updates"] == 30
+    # the last 3 kept interval checkpoints (keep_interval_updates=3; 24 updates an epoch)
+    assert final["average_of"] == [f"checkpoint_{e}_{u}.pt" for e, u in ((2, 30), (1, 20), (1, 10))]
+    for k in (10, 30):
         m = rec[f"vanilla_s1_u{k}.json"]
         assert m["update"] == k and m["curve"][-1][0] <= k
         assert m["valid_loss"] == dict(final["curve"])[k]
     assert final["milestones"] == [(k, rec[f"vanilla_s1_u{k}.json"]["test"]["bleu"])
-                                   for k in (10, 20, 40)]
-    # three attempts of fairseq-train (to 10, 20, 40); the same as one 40-update run
-    log = (uninterrupted / "work" / "runs_s1" / "vanilla" / "train.log").read_text()
-    assert sum(line.startswith("# ") for line in log.splitlines()) == 3
+                                   for k in (10, 30)]
+    # two attempts of fairseq-train (to 10, then to 30): the same as one 30-update run
+    assert attempts(uninterrupted / "work" / "runs_s1" / "vanilla") == 2
 
 
 def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):
     evidence.snapshot_corpus(toy, str(tmp_path / "results"))
     evidence.work_queue([("vanilla", 1)], toy, str(tmp_path / "work"), str(tmp_path / "results"),
-                        "tiny", ["max_update=40", "save_interval_updates=10"],
+                        "tiny", ["max_update=30", "save_interval_updates=10"],
                         progress=lambda m: None)
     one = json.loads((tmp_path / "results" / "runs" / "vanilla_s1.json").read_text())
     staged = written(uninterrupted)["vanilla_s1.json"]
@@ -96,7 +86,7 @@ def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, t
         time.sleep(0.02)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert not (tmp_path / "results" / "milestones" / "vanilla_s1_u40.json").exists()
+    assert not (tmp_path / "results" / "milestones" / "vanilla_s1_u30.json").exists()
     out, _ = worker(toy, tmp_path).communicate(timeout=300)
     assert "this worker finished: vanilla_s1" in out, out
     assert written(tmp_path) == written(uninterrupted)
@@ -114,9 +104,9 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     paths = budget_report.render(str(results))
     text = Path(paths["tables"]).read_text()
     final = json.loads((results / "runs" / "vanilla_s1.json").read_text())
-    u20 = json.loads((results / "milestones" / "vanilla_s1_u20.json").read_text())
+    u10 = json.loads((results / "milestones" / "vanilla_s1_u10.json").read_text())
     row = next(l for l in text.splitlines() if l.startswith("| Vanilla |"))
-    assert f"| {u20['test']['bleu']:.2f} |" in row and f"| {final['test']['bleu']:.2f} | 40 |" in row
+    assert f"| {u10['test']['bleu']:.2f} |" in row and f"| {final['test']['bleu']:.2f} | 30 |" in row
     cycle = next(l for l in text.splitlines() if l.startswith("| Cycle (rev) |"))
     assert "s1: +1.00, p=" in cycle  # same hypotheses: the bootstrap sees no difference
     lookup = json.loads((results / "corpus" / "audit.json").read_text())["splits"]["test"]["lookup"]

@@ -9,29 +9,20 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from fairseq_shared.experiments import child, evidence, queue
-from fairseq_shared.toydata import build_toy_corpus
+from helpers_queue import ROOT, start_worker, toy_corpus
+from helpers_queue import attempts as count_attempts
 
-ROOT = Path(__file__).resolve().parents[1]
 # 60 updates, a checkpoint and a validation every 10: a kill lands between two of them
-SETTINGS = ["--budget", "tiny", "--set", "max_update=60", "--set", "save_interval_updates=10",
-            "--set", "log_interval=5"]
+SETTINGS = ["--queue", "vanilla:1", "--budget", "tiny", "--set", "max_update=60",
+            "--set", "save_interval_updates=10", "--set", "log_interval=5"]
 
 
-def worker(toy, root, *, delay=None, queue_arg="vanilla:1"):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.pop(queue.CLAIM_DELAY_ENV, None)
-    if delay:
-        env[queue.CLAIM_DELAY_ENV] = str(delay)
-    cmd = [sys.executable, "-m", "fairseq_shared.cli.evidence", "run", "--data", toy,
-           "--work", str(root / "work"), "--results", str(root / "results"),
-           "--queue", queue_arg, *SETTINGS]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+def worker(toy, root, delay=None):
+    return start_worker("evidence", toy, root, *SETTINGS, delay=delay)
 
 
 def record(root, item="vanilla_s1"):
@@ -46,13 +37,12 @@ def record(root, item="vanilla_s1"):
 
 
 def attempts(root, item="vanilla"):
-    log = root / "work" / "runs_s1" / item / "train.log"
-    return sum(line.startswith("# ") for line in log.read_text().splitlines())
+    return count_attempts(root / "work" / "runs_s1" / item)
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    return build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy_queue"))
+    return toy_corpus(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +59,9 @@ def test_kill_9_mid_run_then_restart_records_the_uninterrupted_result(toy, refer
     log = tmp_path / "work" / "runs_s1" / "vanilla" / "train.log"
     pid_file = tmp_path / "work" / "runs_s1" / "vanilla" / child.PID_FILE
     deadline = time.time() + 120
-    while time.time() < deadline:  # past the second checkpoint, before the end
-        text = log.read_text() if log.exists() else ""
-        if '"valid_num_updates": "20"' in text and pid_file.exists():
+    while time.time() < deadline:  # the second checkpoint saved, training on (a kill inside
+        text = log.read_text() if log.exists() else ""  # fairseq's copy is compat.py's case)
+        if "@ 20 updates," in text and pid_file.exists():
             break
         time.sleep(0.01)
     trainer = json.loads(pid_file.read_text())["pid"]
@@ -207,3 +197,27 @@ def test_queue_parsing_names_unknown_configurations():
         evidence.parse_queue("vanila:1")
     with pytest.raises(SystemExit, match="needs a seed"):
         evidence.parse_queue("vanilla")
+
+
+def test_a_result_left_uncommitted_by_a_killed_worker_is_committed_by_the_next(tmp_path):
+    repo = tmp_path / "repo"
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "a@b"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    ctx = queue.Context("", str(tmp_path / "w"), str(repo / "results"), "tiny",
+                        progress=lambda m: None, commit_repo=str(repo))
+    # finished and written, then killed before its commit
+    queue.write_result(queue.result_path(ctx.results, "a", 1), {"name": "a", "seed": 1})
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        calls = []
+        assert queue.work(_suite(calls), [queue.Item("a", 1), queue.Item("b", 1)], ctx) == ["b_s1"]
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "--name-only"],
+                         capture_output=True, text=True).stdout.split("\n")
+    assert [l for l in log if l] == ["t: b_s1", "results/runs/b_s1.json",
+                                     "t: a_s1", "results/runs/a_s1.json"]
+    assert calls == ["b_s1"]

@@ -127,8 +127,8 @@ BUDGETS: Dict[str, Dict] = {
 BUDGETS["budget_curve"] = dict(BUDGETS["evidence"], max_update=8000, keep_interval_updates=5,
                                milestones="1000,2000,4000,8000", patience=10, average_last=5)
 # for tests: the same stages in seconds
-BUDGETS["tiny_milestones"] = dict(BUDGETS["tiny"], max_update=40, save_interval_updates=10,
-                                  keep_interval_updates=3, milestones="10,20,40", patience=0,
+BUDGETS["tiny_milestones"] = dict(BUDGETS["tiny"], max_update=30, save_interval_updates=10,
+                                  keep_interval_updates=3, milestones="10,30", patience=0,
                                   average_last=3)
 
 
