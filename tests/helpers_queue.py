@@ -6,14 +6,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fairseq_shared.experiments import queue
 from fairseq_shared.toydata import build_toy_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "a@b"}  # for workers run with --commit
 _TOY = {}
 
 
-def toy_corpus(tmp_path_factory) -> str:
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> str:
+    """The toy corpus (built once per session)."""
     if "path" not in _TOY:
         _TOY["path"] = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy_queue"))
     return _TOY["path"]
@@ -22,7 +28,8 @@ def toy_corpus(tmp_path_factory) -> str:
 def start_worker(cli: str, toy: str, root: Path, *args: str, delay=None) -> subprocess.Popen:
     """``python -m fairseq_shared.cli.<cli> run`` with work and results under ``root``;
     ``delay``: the claim delay to inject (:data:`queue.CLAIM_DELAY_ENV`)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               **GIT_IDENTITY)
     env.pop(queue.CLAIM_DELAY_ENV, None)
     if delay:
         env[queue.CLAIM_DELAY_ENV] = str(delay)

@@ -7,18 +7,19 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from fairseq_shared.experiments import budget_curve, budget_report, evidence, milestones
-from helpers_queue import attempts, start_worker, toy_corpus
+from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
 
 
-def worker(toy, root):
+def worker(toy, root, *args):
     return start_worker("budget", toy, root, "--budget", "tiny_milestones", "--queue",
-                        "vanilla:1")
+                        "vanilla:1", *args)
 
 
 def written(root):
@@ -35,11 +36,6 @@ def written(root):
             "milestones": [(m["update"], m["bleu"]) for m in r.get("milestones", [])]}
     out["hyps"] = {p.name: p.read_text() for p in sorted(results.glob("hyps/*"))}
     return out
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return toy_corpus(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +75,8 @@ def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):
 
 
 def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, toy, tmp_path):
-    first = worker(toy, tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    first = worker(toy, tmp_path, "--commit")
     u10 = tmp_path / "results" / "milestones" / "vanilla_s1_u10.json"
     deadline = time.time() + 120
     while not u10.exists() and time.time() < deadline:
@@ -87,9 +84,18 @@ def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, t
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert not (tmp_path / "results" / "milestones" / "vanilla_s1_u30.json").exists()
-    out, _ = worker(toy, tmp_path).communicate(timeout=300)
+    out, _ = worker(toy, tmp_path, "--commit").communicate(timeout=300)
     assert "this worker finished: vanilla_s1" in out, out
     assert written(tmp_path) == written(uninterrupted)
+    # every milestone committed (by the killed worker or, if it died first, by the next)
+    git = ["git", "-C", str(tmp_path)]
+    log = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True).stdout
+    assert [line.split(" (")[0] for line in log.splitlines()] == [
+        "budget: vanilla_s1 finished", "budget: vanilla_s1 at 30 updates",
+        "budget: vanilla_s1 at 10 updates"]
+    left = subprocess.run([*git, "status", "--porcelain", "results/milestones", "results/hyps",
+                           "results/runs"], capture_output=True, text=True).stdout
+    assert left == ""
 
 
 def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from fairseq_shared.experiments import child, evidence, queue
-from helpers_queue import ROOT, start_worker, toy_corpus
+from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
 from helpers_queue import attempts as count_attempts
 
 # 60 updates, a checkpoint and a validation every 10: a kill lands between two of them
@@ -38,11 +38,6 @@ def record(root, item="vanilla_s1"):
 
 def attempts(root, item="vanilla"):
     return count_attempts(root / "work" / "runs_s1" / item)
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return toy_corpus(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -199,23 +194,18 @@ def test_queue_parsing_names_unknown_configurations():
         evidence.parse_queue("vanilla")
 
 
-def test_a_result_left_uncommitted_by_a_killed_worker_is_committed_by_the_next(tmp_path):
+def test_a_result_left_uncommitted_by_a_killed_worker_is_committed_by_the_next(tmp_path,
+                                                                              monkeypatch):
     repo = tmp_path / "repo"
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "a@b"}
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for key, value in GIT_IDENTITY.items():
+        monkeypatch.setenv(key, value)
     ctx = queue.Context("", str(tmp_path / "w"), str(repo / "results"), "tiny",
                         progress=lambda m: None, commit_repo=str(repo))
     # finished and written, then killed before its commit
     queue.write_result(queue.result_path(ctx.results, "a", 1), {"name": "a", "seed": 1})
-    old = dict(os.environ)
-    os.environ.update(env)
-    try:
-        calls = []
-        assert queue.work(_suite(calls), [queue.Item("a", 1), queue.Item("b", 1)], ctx) == ["b_s1"]
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    calls = []
+    assert queue.work(_suite(calls), [queue.Item("a", 1), queue.Item("b", 1)], ctx) == ["b_s1"]
     log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "--name-only"],
                          capture_output=True, text=True).stdout.split("\n")
     assert [l for l in log if l] == ["t: b_s1", "results/runs/b_s1.json",

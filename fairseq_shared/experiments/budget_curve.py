@@ -76,19 +76,24 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     item = queue.Item(name, seed)
     stages = milestones.parse_milestones(budget["milestones"], budget["max_update"])
 
+    def commit(k: int, record: Dict) -> None:
+        files = milestone_files(results, record)
+        if commit_repo and queue.uncommitted(files, commit_repo):
+            queue.commit(files, f"budget: {item.id} at {k} updates (BLEU "
+                                f"{record['test']['bleu']:.2f})", commit_repo)
+
     def at_milestone(k: int) -> Dict:
         record = milestone_record(run, item, k, data, budget, results, progress)
-        path = milestone_path(results, name, seed, k)
-        queue.write_result(path, record)
+        queue.write_result(milestone_path(results, name, seed, k), record)
         progress(f"[budget] {item.id} at {k} updates: BLEU {record['test']['bleu']:.2f}")
-        if commit_repo:
-            queue.commit([path, Path(results) / record["test"]["hypotheses"]],
-                         f"budget: {item.id} at {k} updates (BLEU "
-                         f"{record['test']['bleu']:.2f})", commit_repo)
+        commit(k, record)
         return record
 
     def done(k: int) -> Optional[Dict]:
-        return queue.read_json(milestone_path(results, name, seed, k))
+        record = queue.read_json(milestone_path(results, name, seed, k))
+        if record:
+            commit(k, record)  # written by a worker killed before its commit
+        return record
 
     staged = milestones.run_stages(run, stages, int(budget.get("patience") or 0), at_milestone,
                                    done, progress)
@@ -111,8 +116,16 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     return result
 
 
+def milestone_files(results: str, record: Dict) -> List[Path]:
+    return [milestone_path(results, record["name"], record["seed"], record["update"]),
+            Path(results) / record["test"]["hypotheses"]]
+
+
 def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
+    """The averaged model's hypotheses and, should one be left uncommitted, every milestone."""
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
+    for path in sorted((Path(ctx.results) / "milestones").glob(f"{item.id}_u*.json")):
+        hyps += milestone_files(ctx.results, queue.read_json(path))
     return hyps, (f"budget: {item.id} finished (average of the last checkpoints: BLEU "
                   f"{result['test']['bleu']:.2f}, {result['updates']} updates)" if hyps
                   else f"budget: {item.id} finished")
