@@ -129,6 +129,9 @@ def plot(stages, out: Path) -> Optional[str]:
 
 def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     out = Path(results)
+    if not (out / "corpus" / "audit.json").exists():
+        raise SystemExit(f"--results {results}: no corpus/audit.json there; a worker copies it "
+                         "on starting (python -m fairseq_shared.cli.budget run --data ...)")
     stages, finals = load(results)
     audit = json.loads((out / "corpus" / "audit.json").read_text(encoding="utf-8"))
     refs = read_lines(out / "corpus" / "test.ref")
