@@ -154,7 +154,9 @@ def claim(work: str, ident: str, finished: Callable[[], bool] = lambda: False):
 
 
 def held_elsewhere(work: str, ident: str) -> bool:
-    """Whether a live process holds the claim of ``ident`` (this one does not)."""
+    """Whether a live process holds the claim of ``ident`` (this one does not). It takes the
+    lock for an instant, so only ``plan`` asks: a worker claiming at that instant would skip
+    the item for one pass."""
     path = Path(work) / "claims" / ident
     if not path.exists():
         return False
