@@ -62,24 +62,6 @@ def test_learning_curve_sums_interval_seconds_once_per_interval(tmp_path):
                      {"update": 100, "valid_loss": 8.25, "train_seconds": 44.0}]
 
 
-def test_claims_are_exclusive_and_dead_claims_are_taken_over(tmp_path):
-    assert evidence.claim(str(tmp_path), "vanilla", 1)
-    assert not evidence.claim(str(tmp_path), "vanilla", 1)  # held by this (living) process
-    (tmp_path / "claims" / "vanilla_s1").write_text("999999999")  # a dead worker's claim
-    assert evidence.claim(str(tmp_path), "vanilla", 1)
-    evidence.release(str(tmp_path), "vanilla", 1)
-    assert not (tmp_path / "claims" / "vanilla_s1").exists()
-
-
-def test_queue_parsing_names_unknown_configurations():
-    assert evidence.parse_queue("vanilla:2,san_dec2L:1") == [("vanilla", 2), ("san_dec2L", 1)]
-    assert evidence.parse_queue(None) == evidence.QUEUE
-    with pytest.raises(SystemExit, match="unknown configuration 'vanila'"):
-        evidence.parse_queue("vanila:1")
-    with pytest.raises(SystemExit, match="needs a seed"):
-        evidence.parse_queue("vanilla")
-
-
 def test_render_tables_from_run_files(finished):
     toy, _, results, _, _ = finished
     paths = evidence_report.render(results)

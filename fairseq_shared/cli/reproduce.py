@@ -47,7 +47,6 @@ from fairseq_shared.experiments.runs import Run, make_plan  # noqa: F401,E402
 from fairseq_shared.experiments.tables import collect_rows, lookup_lines, render_tables  # noqa: F401,E402
 from fairseq_shared.experiments.training import _JSON_RE, train  # noqa: F401,E402
 
-_terminate_on_sigterm = terminate_on_sigterm  # the name fairseq_shared.cli.evidence imports
 
 
 def build_parser():

@@ -57,6 +57,13 @@ CONFIGS: List[Dict] = [
          strategy="none", N="L", M="L", decoder_N="2L", default=False),
     dict(name="san_dec2L", tables=["xiao"], label="SAN (decoder 2L)", arch="transformer_san",
          strategy="none", N="L", M="L", decoder_N="2L", default=False),
+    # Kasai et al. 2021, deep encoder / shallow decoder, stock fairseq: encoder 2L, decoder 1.
+    # At the evidence budget (L=3, d=128, clean Bible vocabulary; runs.count_params) 6+1 has
+    # 2,479,744 parameters, +65,664 (+2.7%) over vanilla 3+3's 2,414,080: the closest pair
+    # with a 1-layer decoder (5+1: 2,281,472, -5.5%; 7+1: 2,678,016, +10.9%) and closer
+    # than 4+2 (2,347,776, -66,304); an encoder layer is 198,272, a decoder layer 264,320.
+    dict(name="vanilla_2L_dec1", tables=["budget"], label="Vanilla, deep encoder 2L / decoder 1",
+         strategy="none", N="2L", M="2L", decoder_N=1, default=False),
 ]
 
 TABLES = ("takase", "albert", "xiao")
@@ -111,6 +118,18 @@ BUDGETS: Dict[str, Dict] = {
                  save_interval_updates=2000, log_interval=100, seed=1, device="cuda",
                  **{**_DECODE_DEFAULTS, "subset": None, "repeats": 3, "batch_size": 128}),
 }
+
+# The budget curves (fairseq_shared.experiments.budget_curve): the evidence recipe trained on to
+# 8,000 updates, the test set decoded at each milestone with the evidence decoding settings; the
+# last `average_last` interval checkpoints (all that keep_interval_updates keeps) averaged and
+# decoded at the end; early stop after `patience` counted validations (one per
+# save_interval_updates) without a better valid loss (0: none).
+BUDGETS["budget_curve"] = dict(BUDGETS["evidence"], max_update=8000, keep_interval_updates=5,
+                               milestones="1000,2000,4000,8000", patience=10, average_last=5)
+# for tests: the same stages in seconds
+BUDGETS["tiny_milestones"] = dict(BUDGETS["tiny"], max_update=30, save_interval_updates=10,
+                                  keep_interval_updates=3, milestones="10,30", patience=0,
+                                  average_last=3)
 
 
 #: keys a budget may leave out (runs.py reads them with a default)

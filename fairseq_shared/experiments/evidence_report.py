@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_shared.experiments.plots import save_panels
 from fairseq_shared.experiments.tables import lookup_lines
 
 # table -> row configurations in order; "lookup" is the audit's no-model baseline
@@ -156,15 +157,8 @@ def plot_curves(runs: Dict[str, List[Dict]], out: Path) -> Optional[str]:
     axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else
                        "training minutes (wall, 1 thread, shared 2-core machine)")
     axes[0].set_ylabel("valid loss (label-smoothed CE, base 2)")
-    axes[1].legend(fontsize=7, ncol=2)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.suptitle("Learning curves on the clean Bible split (valid = Acts)")
-    fig.tight_layout()
-    path = out / "learning_curves.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    return save_panels(fig, axes, "Learning curves on the clean Bible split (valid = Acts)",
+                       out / "learning_curves.png")
 
 
 def render(results: str, command: str = "") -> Dict[str, str]:

@@ -1,6 +1,6 @@
 """The decoder-only LM runs on the English Bible corpus: a worker queue, one committed file per
-run, as the translation evidence runs (:mod:`fairseq_shared.experiments.evidence`, whose
-claims and commit helpers this uses).
+run, a declaration on the run queue (:mod:`fairseq_shared.experiments.queue`), as the translation
+evidence runs.
 
 Each item of :data:`QUEUE` is one configuration of :data:`lm_runs.LM_CONFIGS` trained with
 one seed under one budget (default ``lm``). A worker takes the next item that is neither
@@ -11,6 +11,7 @@ validation), the test perplexity and token count, the exact commands.
 :mod:`fairseq_shared.experiments.lm_report` renders the tables and plot from those files.
 """
 
+import functools
 import json
 import math
 import os
@@ -19,12 +20,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
-from fairseq_shared.experiments import evidence
-from fairseq_shared.experiments.evidence import (item_id, learning_curve, result_path,
-                                                 write_result)
+from fairseq_shared.experiments import queue
+from fairseq_shared.experiments.cpu_clock import read_cpu_log
 from fairseq_shared.experiments.lm_runs import (LM_CONFIGS, evaluate, load_lm_budget,
                                                 plan_runs, readable)
+from fairseq_shared.experiments.queue import item_id, result_path  # noqa: F401
 from fairseq_shared.experiments.training import log_records, train
 
 # The main rows with two seeds first (vanilla 3 and 6 layers, cycle_rev 6/3), then ALBERT's
@@ -39,18 +39,7 @@ SPLITS = ("train", "valid", "test")
 
 def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
     """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`."""
-    if not text:
-        return list(QUEUE)
-    items = []
-    for part in text.split(","):
-        name, _, seed = part.strip().partition(":")
-        if name not in LM_CONFIGS:
-            raise SystemExit(f"--queue: unknown configuration '{name}'; known: "
-                             f"{', '.join(LM_CONFIGS)}")
-        if not seed.isdigit():
-            raise SystemExit(f"--queue: '{part}' needs a seed, as in {name}:1")
-        items.append((name, int(seed)))
-    return items
+    return queue.parse_queue(text, QUEUE, LM_CONFIGS)
 
 
 def lm_paths(data: str) -> Tuple[str, str]:
@@ -109,70 +98,53 @@ def _ppl(loss_base2: Optional[float]) -> Optional[float]:
     return None if loss_base2 is None else 2 ** loss_base2
 
 
+def eval_lm_evaluation(sizes: Dict, progress=print):
+    """The ``evaluate`` hook of LM runs: fairseq-eval-lm on the test split (every token of it
+    scored, or an error), perplexities of the valid curve."""
+    def evaluate_run(run, result: Dict) -> Dict:
+        progress(f"[lm] {run.name}: fairseq-eval-lm on the test split")
+        test = evaluate(run, "test")
+        if test["tokens"] != sizes["test"]["tokens"]:
+            raise RuntimeError(f"fairseq-eval-lm scored {test['tokens']} test tokens, the split "
+                               f"has {sizes['test']['tokens']}")
+        for point in result["curve"]:
+            point["valid_ppl"] = round(2 ** point["valid_loss"], 3)
+        return {"valid_ppl": _ppl(result["valid_loss"]),
+                "test": {k: test[k] for k in ("loss_base2", "perplexity", "perplexity_printed",
+                                              "tokens")},
+                "eval_command": test["command"]}
+    return evaluate_run
+
+
 def run_item(name: str, seed: int, data: str, work: str, results: str,
              budget_name: str = "lm", overrides: Sequence[str] = (), progress=print) -> Dict:
-    """Train (or finish) one configuration with one seed, score the test split, write its
-    result file; returns the result dict."""
+    """Train (or finish) one configuration with one seed and score the test split; returns
+    the result dict (the queue writes it)."""
     _, bin_dir = lm_paths(data)
     budget = load_lm_budget(budget_name, [*overrides, f"seed={seed}"])
     sizes = split_sizes(bin_dir)
     check_budget_fits(sizes, budget)
     run = plan_runs([name], budget, bin_dir, os.path.join(work, f"runs_s{seed}"))[0]
-    if run.skip_reason:
-        raise RuntimeError(f"{item_id(name, seed)}: {run.skip_reason}")
-    if run.state() != "done":
-        train(run, progress, 1, 1, time.time())
-    info = run.done_info()
-    progress(f"[lm] {item_id(name, seed)}: fairseq-eval-lm on the test split")
-    test = evaluate(run, "test")
-    if test["tokens"] != sizes["test"]["tokens"]:
-        raise RuntimeError(f"fairseq-eval-lm scored {test['tokens']} test tokens, the split "
-                           f"has {sizes['test']['tokens']}")
-    costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
-                                      info["updates"])
-    curve = learning_curve(os.path.join(run.dir, "train.log"), costs)
-    for point in curve:
-        point["valid_ppl"] = round(2 ** point["valid_loss"], 3)
-    result = {
-        "name": name, "seed": seed, "label": LM_CONFIGS[name]["label"], "arch": run.arch,
-        "strategy": run.strategy, "scope": run.scope, "N": run.N, "M": run.M,
-        "params": run.params, "updates": info["updates"],
-        "training_seconds": info["training_seconds"],
-        "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
-        "training_cpu_seconds": round(sum(costs), 1) if costs else None,
-        "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
-        "cpu_estimated_updates": estimated, "train_wps": info.get("train_wps"),
-        "valid_loss": info.get("valid_loss"), "valid_ppl": _ppl(info.get("valid_loss")),
-        "curve": curve,
-        "test": {k: test[k] for k in ("loss_base2", "perplexity", "perplexity_printed",
-                                      "tokens")},
-        "budget": dict(budget),
-        "train_command": readable(run.train_command(), "train"),
-        "eval_command": test["command"],
-        "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "data": os.path.abspath(bin_dir),
-    }
-    path = result_path(results, name, seed)
-    write_result(path, result)
-    progress(f"[lm] {item_id(name, seed)}: {info['updates']} updates, valid ppl "
-             f"{result['valid_ppl']}, test ppl {test['perplexity']:.2f} -> {path}")
+    item = queue.Item(name, seed)
+    result = queue.record_run(run, item, LM_CONFIGS[name]["label"],
+                              eval_lm_evaluation(sizes, progress), progress,
+                              command=readable(run.train_command(), "train"))
+    result["data"] = os.path.abspath(bin_dir)
+    progress(f"[lm] {item.id}: {result['updates']} updates, valid ppl "
+             f"{result['valid_ppl']}, test ppl {result['test']['perplexity']:.2f}")
     return result
 
 
-def lm_commit(results: str, result: Dict) -> Tuple[List[Path], str]:
-    """The file of a finished LM run and the commit message."""
-    name, seed = result["name"], result["seed"]
-    return ([result_path(results, name, seed)],
-            f"bible_lm: {item_id(name, seed)} finished (test ppl "
-            f"{result['test']['perplexity']:.2f}, {result['updates']} updates)")
+def lm_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
+    """A finished LM run commits its result file only; the message."""
+    test = result.get("test", {})
+    return [], (f"bible_lm: {item.id} finished (test ppl {test['perplexity']:.2f}, "
+                f"{result['updates']} updates)" if test else f"bible_lm: {item.id} finished")
 
 
-def work_queue(items: Sequence[Tuple[str, int]], data: str, work: str, results: str,
-               budget_name: str = "lm", overrides: Sequence[str] = (),
-               commit_repo: Optional[str] = None, progress=print) -> List[str]:
-    """The evidence worker loop (claims, one committed file per run) over LM items."""
-    return evidence.work_queue(items, data, work, results, budget_name, overrides,
-                               commit_repo, progress, run=run_item, to_commit=lm_commit,
-                               tag="lm")
+SUITE = queue.Suite("lm", run=queue.item_runner(run_item), commit_files=lm_commit)
+#: work_queue(items, data, work, results, budget, overrides=(), commit_repo=None, progress=print)
+work_queue = functools.partial(queue.work_pairs, SUITE)
 
 
 # ---------------------------------------------------------------------------- rates

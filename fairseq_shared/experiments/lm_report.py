@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 from fairseq_shared.experiments.evidence_report import cost_per_update as cost
 from fairseq_shared.experiments.evidence_report import fmt_spread, load_runs
 from fairseq_shared.experiments.lm_runs import LM_CONFIGS
+from fairseq_shared.experiments.plots import save_panels
 
 BASELINE = "vanilla_L6"  # the per-seed comparison: same depth, same compute
 COMMAND = "python -m fairseq_shared.cli.lm_evidence run --data work/bible_lm --commit"
@@ -118,15 +119,8 @@ def plot_curves(runs: Dict[str, List[Dict]], baselines: Optional[Dict], out: Pat
     axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else "training minutes")
     axes[0].set_ylabel("valid perplexity (Acts)")
     axes[0].set_yscale("log")
-    axes[1].legend(fontsize=7, ncol=2)
-    for ax in axes:
-        ax.grid(alpha=0.3, which="both")
-    fig.suptitle("Decoder-only LMs on the English Bible: valid perplexity")
-    fig.tight_layout()
-    path = out / "learning_curves.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    return save_panels(fig, axes, "Decoder-only LMs on the English Bible: valid perplexity",
+                       out / "learning_curves.png", which="both")
 
 
 def render(results: str) -> Dict[str, str]:

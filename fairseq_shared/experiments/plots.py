@@ -1,4 +1,5 @@
-"""BLEU against parameters and against decoding speed, one point per configuration."""
+"""BLEU against parameters and against decoding speed, one point per configuration; the
+finish of the suites' two-panel curve figures."""
 
 import os
 from typing import Dict, List
@@ -32,3 +33,17 @@ def plot(rows: List[Dict], out: str) -> List[str]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def save_panels(fig, axes, title: str, path, ncol: int = 2, which: str = "major") -> str:
+    """Legend in the last panel, grids, the title; write ``path`` (110 dpi) and close."""
+    import matplotlib.pyplot as plt
+
+    axes[-1].legend(fontsize=7, ncol=ncol)
+    for ax in axes:
+        ax.grid(alpha=0.3, which=which)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

@@ -15,19 +15,19 @@ moment it finishes, committed by the worker:
   valid set, adjacent groups, M=L sets per stack) on that ``vanilla_2L`` checkpoint, then the
   proposed map trained from scratch like cycle_rev_2L.
 
-An item whose inputs are not finished yet (the evidence run it converts or compares with) is
-left for later; the worker goes on with the next.
+A declaration on the run queue (:mod:`fairseq_shared.experiments.queue`): an item whose
+inputs are not finished yet (the evidence run it converts or compares with) waits for them;
+the worker goes on with the next.
 """
 
-import glob
 import os
-import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_shared.experiments import evidence
+from fairseq_shared.experiments import evidence, queue
 from fairseq_shared.experiments.configs import load_budget
 from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.milestones import checkpoint_at  # noqa: F401  (relaxed.checkpoint_at)
 
 FINETUNE_UPDATES = 500  # a quarter of the evidence budget's 2,000 updates
 
@@ -66,26 +66,32 @@ def evidence_run_dir(evidence_work: str, name: str, seed: int) -> str:
 
 
 def finished(results: str, name: str, seed: int) -> bool:
-    return evidence.result_path(results, name, seed).exists()
+    return queue.result_path(results, name, seed).exists()
 
 
-def checkpoint_at(run_dir: str, updates: int) -> Optional[str]:
-    """The kept interval checkpoint of ``run_dir`` at exactly ``updates`` updates."""
-    found = sorted(glob.glob(os.path.join(run_dir, f"checkpoint_*_{updates}.pt")))
-    return found[-1] if found else None
+def inputs(kind: str, settings: Dict, seed: int, dirs: Dict[str, str]) -> List[Tuple[str, Path]]:
+    """(label, result file) of every run an item needs first."""
+    need = []
+    if kind in ("convert", "learned"):
+        need.append((f"evidence {SOURCE}_s{seed}",
+                     queue.result_path(dirs["evidence_results"], SOURCE, seed)))
+    if kind == "convert":
+        suite, name = settings["scratch"]
+        results = dirs["evidence_results"] if suite == "evidence" else dirs["results"]
+        need.append((f"{suite} {name}_s{seed}", queue.result_path(results, name, seed)))
+    return need
 
 
 def missing_inputs(kind: str, settings: Dict, seed: int, dirs: Dict[str, str]) -> List[str]:
     """What an item still waits for (empty: it can run)."""
-    need = []
-    if kind in ("convert", "learned") and not finished(dirs["evidence_results"], SOURCE, seed):
-        need.append(f"evidence {SOURCE}_s{seed}")
-    if kind == "convert":
-        suite, name = settings["scratch"]
-        results = dirs["evidence_results"] if suite == "evidence" else dirs["results"]
-        if not finished(results, name, seed):
-            need.append(f"{suite} {name}_s{seed}")
-    return need
+    return [label for label, path in inputs(kind, settings, seed, dirs) if not path.exists()]
+
+
+def items(seeds: Sequence[int], dirs: Dict[str, str]) -> List[queue.Item]:
+    """The queue's items: :data:`ITEMS` for every seed, each waiting for its inputs."""
+    return [queue.Item(name, seed, kind, tuple(settings.items()),
+                       tuple(str(p) for _, p in inputs(kind, settings, seed, dirs)))
+            for seed in seeds for kind, name, settings in ITEMS]
 
 
 # ---------------------------------------------------------------------------- items
@@ -121,6 +127,7 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
     tuned = evidence.run_item(ft_name, seed, data, dirs["work"], dirs["results"], budget_name,
                               overrides=[f"max_update={FINETUNE_UPDATES}"], progress=progress,
                               config=config)
+    queue.write_result(queue.result_path(dirs["results"], ft_name, seed), tuned)
     suite, scratch_name = settings["scratch"]
     work = dirs["evidence_work"] if suite == "evidence" else dirs["work"]
     scratch_ckpt = checkpoint_at(evidence_run_dir(work, scratch_name, seed), FINETUNE_UPDATES)
@@ -168,32 +175,26 @@ def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
 RUNNERS = {"train": run_train, "convert": run_convert, "learned": run_learned}
 
 
+def run(item: queue.Item, ctx: queue.Context) -> Dict:
+    return RUNNERS[item.kind](item.name, dict(item.settings), item.seed, ctx.data, ctx.extra,
+                              ctx.budget, ctx.progress)
+
+
+def relaxed_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
+    """Hypotheses, the fine-tuned run's file and the learned map's files, and the message."""
+    root, name, seed = Path(ctx.extra["results"]), item.name, item.seed
+    return ([*sorted(root.glob(f"hyps/{name}*_s{seed}*")),
+             *sorted(root.glob(f"runs/{name}_ft*_s{seed}.json")),
+             *sorted(root.glob(f"learned/{name}_s{seed}/*"))],
+            f"relaxed: {item.id} finished")
+
+
+SUITE = queue.Suite("relaxed", run=run, commit_files=relaxed_commit)
+
+
 def work_queue(seeds: Sequence[int], data: str, dirs: Dict[str, str], budget_name: str,
                commit_repo: Optional[str] = None, progress=print) -> List[str]:
     """Run every unfinished, unclaimed item whose inputs exist; returns the ids finished."""
-    done = []
-    for seed in seeds:
-        for kind, name, settings in ITEMS:
-            if finished(dirs["results"], name, seed):
-                continue
-            need = missing_inputs(kind, settings, seed, dirs)
-            if need:
-                progress(f"[relaxed] {name}_s{seed}: waits for {', '.join(need)}")
-                continue
-            if not evidence.claim(dirs["work"], name, seed):
-                continue
-            try:
-                result = RUNNERS[kind](name, settings, seed, data, dirs, budget_name, progress)
-                result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-                path = evidence.result_path(dirs["results"], name, seed)
-                evidence.write_result(path, result)
-            finally:
-                evidence.release(dirs["work"], name, seed)
-            done.append(f"{name}_s{seed}")
-            if commit_repo:
-                paths = [path, *sorted(Path(dirs["results"]).glob(f"hyps/{name}*_s{seed}*")),
-                         *sorted(Path(dirs["results"]).glob(f"runs/{name}_ft*_s{seed}.json")),
-                         *sorted(Path(dirs["results"]).glob(f"learned/{name}_s{seed}/*"))]
-                ok = evidence.commit(paths, f"relaxed: {name}_s{seed} finished", commit_repo)
-                progress(f"[relaxed] {'committed' if ok else 'could not commit'} {name}_s{seed}")
-    return done
+    ctx = queue.Context(data, dirs["work"], dirs["results"], budget_name, progress=progress,
+                        commit_repo=commit_repo, extra=dirs)
+    return queue.work(SUITE, items(seeds, dirs), ctx)

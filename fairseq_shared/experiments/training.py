@@ -2,18 +2,22 @@
 (a stale run is moved aside, an interrupted one resumes from ``checkpoint_last.pt``), with
 progress lines and an ETA, and fairseq's JSON log parsed into ``done.json``."""
 
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import time
 from typing import Dict
 
+from fairseq_shared.experiments import child
 from fairseq_shared.experiments.cpu_clock import CpuLog
 from fairseq_shared.experiments.runs import Run
 
+_PR_SET_PDEATHSIG = 1
 _JSON_RE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 
 
@@ -86,8 +90,74 @@ def _write_done(run: Run, key: str, t0: float, log_path: str, note: str = "") ->
     return info
 
 
+POLL_SECONDS = 0.2  # how often the log the child writes is read for progress and CPU time
+
+
+def _die_with(parent: int):
+    """preexec_fn: the child gets SIGKILL when ``parent`` dies (Linux ``PR_SET_PDEATHSIG``)."""
+    def preexec():
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # not Linux: the pid file still lets a taker kill it
+            pass
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+class _Progress:
+    """Reads what the child appended to its log: CPU time at each logged update, progress
+    lines with an ETA, valid losses."""
+
+    def __init__(self, run: Run, progress, k: int, n: int, t0: float, t_overall: float,
+                 cpu_log: CpuLog):
+        self.run, self.progress, self.k, self.n = run, progress, k, n
+        self.t0, self.t_overall, self.cpu_log = t0, t_overall, cpu_log
+        self.last_print, self.first_update, self.partial = 0.0, None, b""
+
+    def read(self, path: str, offset: int) -> int:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()  # a line the child has not finished writing
+        for line in lines:
+            self.line(line.decode("utf-8", errors="replace"))
+        return offset + len(data)
+
+    def line(self, line: str) -> None:
+        m = _JSON_RE.search(line)
+        if not m:
+            return
+        try:
+            rec = json.loads(m.group(2))
+        except json.JSONDecodeError:
+            return
+        run, tag = self.run, f"[train {self.k}/{self.n}] {self.run.name}"
+        if m.group(1) == "train_inner":
+            upd = int(float(rec.get("num_updates", 0)))
+            self.cpu_log.write(upd)
+            now = time.time()
+            if self.first_update is None:
+                self.first_update = (upd, now)
+            if now - self.last_print > 20 or upd >= run.max_update:
+                self.last_print = now
+                u0, t_u0 = self.first_update
+                rate = (upd - u0) / (now - t_u0) if now > t_u0 and upd > u0 else None
+                eta = f"{(run.max_update - upd) / rate / 60:.1f} min" if rate else "?"
+                self.progress(f"{tag}: update {upd}/{run.max_update}, loss {rec.get('loss')}, "
+                              f"{rec.get('wps')} tok/s, elapsed {(now - self.t0) / 60:.1f} min "
+                              f"(total {(now - self.t_overall) / 60:.1f} min), ETA {eta}")
+        elif m.group(1) == "valid":
+            self.progress(f"{tag}: valid loss {rec.get('valid_loss')} at update "
+                          f"{rec.get('valid_num_updates')}")
+
+
 def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
-    """Train (or resume) one configuration; returns its done.json content."""
+    """Train (or resume) one configuration; returns its done.json content. A fairseq-train
+    child left by a killed worker (its pid in the run directory) is killed first."""
+    child.kill_orphan(run.dir)
     state = run.state()
     if state == "stale":
         stale = f"{run.dir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -121,44 +191,28 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
              f" (N={run.N}, M={run.M}, {run.strategy}/{run.scope}, "
              f"{run.params:,} params, max {run.budget['max_update']} updates)")
     t0 = time.time()
-    max_update = run.max_update
-    with open(log_path, "a", encoding="utf-8") as logf:
-        logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                text=True, bufsize=1)
-        cpu_log = CpuLog(run.dir, proc.pid, time.strftime("%Y%m%d-%H%M%S"), start_update)
-        last_print = 0.0
-        first_update = None
-        try:
-            for line in proc.stdout:
-                logf.write(line)
-                logf.flush()
-                m = _JSON_RE.search(line)
-                if m and m.group(1) == "train_inner":
-                    rec = json.loads(m.group(2))
-                    upd = int(float(rec.get("num_updates", 0)))
-                    cpu_log.write(upd)
-                    now = time.time()
-                    if first_update is None:
-                        first_update = (upd, now)
-                    if now - last_print > 20 or upd >= max_update:
-                        last_print = now
-                        u0, t_u0 = first_update
-                        rate = (upd - u0) / (now - t_u0) if now > t_u0 and upd > u0 else None
-                        eta = f"{(max_update - upd) / rate / 60:.1f} min" if rate else "?"
-                        progress(f"[train {k}/{n}] {run.name}: update {upd}/{max_update}, "
-                                 f"loss {rec.get('loss')}, {rec.get('wps')} tok/s, "
-                                 f"elapsed {(now - t0) / 60:.1f} min (total "
-                                 f"{(now - t_overall) / 60:.1f} min), ETA {eta}")
-                elif m and m.group(1) == "valid":
-                    rec = json.loads(m.group(2))
-                    progress(f"[train {k}/{n}] {run.name}: valid loss {rec.get('valid_loss')} "
-                             f"at update {rec.get('valid_num_updates')}")
-            rc = proc.wait()
-        except BaseException:
-            proc.terminate()
-            proc.wait()
-            raise
+    with open(log_path, "ab") as logf:
+        logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+        offset = logf.tell()
+        # the child writes its own log: what it did survives this process
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_die_with(os.getpid()), close_fds=True)
+    child.record(run.dir, proc.pid)
+    cpu_log = CpuLog(run.dir, proc.pid, time.strftime("%Y%m%d-%H%M%S"), start_update)
+    watch = _Progress(run, progress, k, n, t0, t_overall, cpu_log)
+    try:
+        rc = None
+        while rc is None:
+            rc = proc.poll()
+            offset = watch.read(log_path, offset)
+            if rc is None:
+                time.sleep(POLL_SECONDS)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        child.forget(run.dir, proc.pid)
     if rc != 0 or not os.path.exists(run.checkpoint):
         tail = "".join(open(log_path, encoding="utf-8", errors="replace").readlines()[-15:])
         raise RuntimeError(f"fairseq-train failed for {run.name} (exit {rc}); see {log_path}:\n{tail}")

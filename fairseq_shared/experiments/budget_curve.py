@@ -1,0 +1,138 @@
+"""The budget curves: each core configuration trained far past the evidence budget, in stages
+(:mod:`fairseq_shared.experiments.milestones`); a declaration on the run queue
+(:mod:`fairseq_shared.experiments.queue`).
+
+Each item of :data:`QUEUE` is one configuration of :data:`configs.CONFIGS` with one seed under
+the ``budget_curve`` budget: the evidence recipe trained to each of ``milestones`` (1,000,
+2,000, 4,000 and 8,000 updates) or to its early stop (``patience`` validations). At each
+milestone the test set is decoded from that update's checkpoint with the evidence decoding
+settings, and written (and with ``--commit`` committed) at once:
+
+* ``RESULTS/milestones/<name>_s<seed>_u<k>.json``: BLEU and chrF with signatures, valid loss,
+  training seconds and CPU seconds up to ``k``, the curve so far;
+* ``RESULTS/hyps/<name>_s<seed>_u<k>.<tgt>``: the hypotheses.
+
+The final stage averages the last ``average_last`` interval checkpoints and decodes them:
+``RESULTS/runs/<name>_s<seed>.json`` (the run's shared record, its milestones and the averaged
+model's test scores) and ``RESULTS/hyps/<name>_s<seed>_avg.<tgt>``. A stopped worker loses at
+most the updates since the last checkpoint; never a finished milestone.
+:mod:`fairseq_shared.experiments.budget_report` renders tables and plots from these files.
+"""
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from fairseq_shared.experiments import evidence, milestones, queue
+from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
+from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
+
+# Takase & Kiyono's and Kasai et al.'s rows with seed 1, then their seed 2, then the rest.
+CORE = ["vanilla", "cycle_rev_2L", "vanilla_2L", "vanilla_2L_dec1"]
+REST = ["vanilla_dec2L", "san_dec2L", "attn_shared"]
+# ---- One Wide FFN: the FFN issue's two configurations go here, once configs.CONFIGS has them
+# (that family is built elsewhere); e.g. ONE_WIDE_FFN = ["owf_...", "owf_..."]
+ONE_WIDE_FFN: List[str] = []
+QUEUE: List[Tuple[str, int]] = ([(n, 1) for n in CORE] + [(n, 2) for n in CORE]
+                                + [(n, 1) for n in REST + ONE_WIDE_FFN])
+NAMES = CORE + REST + ONE_WIDE_FFN
+
+
+def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
+    """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`."""
+    return queue.parse_queue(text, QUEUE, NAMES)
+
+
+def milestone_path(results: str, name: str, seed: int, k: int) -> Path:
+    return Path(results) / "milestones" / f"{queue.item_id(name, seed)}_u{k}.json"
+
+
+def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, results: str,
+                     progress) -> Dict:
+    """Decode the checkpoint at ``k`` updates; the milestone's record."""
+    checkpoint = milestones.checkpoint_at(run.dir, k) or run.checkpoint
+    test = evidence.bleu_evaluation(data, budget, results, item.name, item.seed, progress,
+                                    checkpoint=checkpoint, hyps=f"_u{k}")(run, {})
+    costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")), k)
+    curve = [p for p in queue.learning_curve(os.path.join(run.dir, "train.log"), costs)
+             if p["update"] <= k]
+    point = next((p for p in curve if p["update"] == k), {})
+    return {"name": item.name, "seed": item.seed, "update": k, "params": run.params,
+            "valid_loss": point.get("valid_loss"), "valid_nll_loss": point.get("valid_nll_loss"),
+            "train_seconds": point.get("train_seconds"),
+            "train_cpu_seconds": round(sum(costs), 1) if costs else None,
+            "cpu_estimated_updates": estimated, "checkpoint": os.path.basename(checkpoint),
+            "curve": curve, **test}
+
+
+def run_item(name: str, seed: int, data: str, work: str, results: str,
+             budget_name: str = "budget_curve", overrides: Sequence[str] = (), progress=print,
+             commit_repo: Optional[str] = None) -> Dict:
+    budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
+    config = select_configs(CONFIGS, name, None)[0]
+    run = evidence.plan_run(config, seed, data, work, budget, progress)
+    if run.skip_reason:
+        raise RuntimeError(f"{queue.item_id(name, seed)}: {run.skip_reason}")
+    item = queue.Item(name, seed)
+    stages = milestones.parse_milestones(budget["milestones"], budget["max_update"])
+
+    def commit(k: int, record: Dict) -> None:
+        files = milestone_files(results, record)
+        if commit_repo and queue.uncommitted(files, commit_repo):
+            queue.commit(files, f"budget: {item.id} at {k} updates (BLEU "
+                                f"{record['test']['bleu']:.2f})", commit_repo)
+
+    def at_milestone(k: int) -> Dict:
+        record = milestone_record(run, item, k, data, budget, results, progress)
+        queue.write_result(milestone_path(results, name, seed, k), record)
+        progress(f"[budget] {item.id} at {k} updates: BLEU {record['test']['bleu']:.2f}")
+        commit(k, record)
+        return record
+
+    def done(k: int) -> Optional[Dict]:
+        record = queue.read_json(milestone_path(results, name, seed, k))
+        if record:
+            commit(k, record)  # written by a worker killed before its commit
+        return record
+
+    staged = milestones.run_stages(run, stages, int(budget.get("patience") or 0), at_milestone,
+                                   done, progress)
+
+    def final(run, result: Dict) -> Dict:
+        upto = staged["stopped_at"] or run.max_update
+        n = int(budget["average_last"])
+        averaged = os.path.join(run.dir, f"average_last{n}.pt")
+        inputs = milestones.average_last(run.dir, n, upto, averaged)
+        test = evidence.bleu_evaluation(data, budget, results, name, seed, progress,
+                                        checkpoint=averaged, hyps="_avg")(run, result)
+        return {"stopped_at": staged["stopped_at"], "average_of": [os.path.basename(p) for p in inputs],
+                "milestones": [{k: m[k] for k in ("update", "valid_loss", "train_cpu_seconds")}
+                               | {"bleu": m["test"]["bleu"], "chrf": m["test"]["chrf"]}
+                               for m in staged["milestones"]], **test}
+
+    result = queue.record_run(run, item, config.get("label", name), final, progress)
+    result.update({"tables": ["budget"], "decoder_N": run.dec_N, "data": os.path.abspath(data),
+                   "run_dir": os.path.abspath(run.dir)})
+    return result
+
+
+def milestone_files(results: str, record: Dict) -> List[Path]:
+    return [milestone_path(results, record["name"], record["seed"], record["update"]),
+            Path(results) / record["test"]["hypotheses"]]
+
+
+def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
+    """The averaged model's hypotheses and, should one be left uncommitted, every milestone."""
+    hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
+    for path in sorted((Path(ctx.results) / "milestones").glob(f"{item.id}_u*.json")):
+        hyps += milestone_files(ctx.results, queue.read_json(path))
+    return hyps, (f"budget: {item.id} finished (average of the last checkpoints: BLEU "
+                  f"{result['test']['bleu']:.2f}, {result['updates']} updates)" if hyps
+                  else f"budget: {item.id} finished")
+
+
+SUITE = queue.Suite(
+    "budget",
+    run=lambda item, ctx: run_item(item.name, item.seed, ctx.data, ctx.work, ctx.results,
+                                   ctx.budget, ctx.overrides, ctx.progress, ctx.commit_repo),
+    commit_files=budget_commit)

@@ -1,0 +1,160 @@
+"""Tables and plots of the budget curves, rebuilt from the committed files only.
+
+Reads ``RESULTS/milestones/*.json`` and ``RESULTS/runs/*.json``
+(:mod:`fairseq_shared.experiments.budget_curve`), the hypotheses in ``RESULTS/hyps/`` and the
+corpus audit copied to ``RESULTS/corpus/``; writes ``RESULTS/tables.md`` (test BLEU and chrF
+at every milestone and of the final averaged model, the lookup row, the signatures, a paired
+bootstrap of the final models against vanilla with the same seed) and
+``RESULTS/budget_curves.png`` (test BLEU against updates and against training CPU-hours; one
+line per configuration, the band spanning the seeds).
+"""
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from fairseq_shared.experiments.budget_curve import NAMES
+from fairseq_shared.experiments.evidence_report import fmt_spread, paired_bootstrap, read_lines
+from fairseq_shared.experiments.plots import save_panels
+
+BASELINE = "vanilla"
+COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
+
+
+def load(results: str):
+    """({name: {seed: {update: milestone record}}}, {name: {seed: final record}})."""
+    stages = defaultdict(lambda: defaultdict(dict))
+    for path in sorted((Path(results) / "milestones").glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        stages[r["name"]][r["seed"]][r["update"]] = r
+    finals = defaultdict(dict)
+    for path in sorted((Path(results) / "runs").glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        finals[r["name"]][r["seed"]] = r
+    return stages, finals
+
+
+def _cell(values: List[float]) -> str:
+    return fmt_spread(values) if values else "-"
+
+
+def metric_table(metric: str, stages, finals, updates: List[int], lookup: Optional[Dict],
+                 paired: Dict[str, str]) -> List[str]:
+    title = "BLEU" if metric == "bleu" else "chrF"
+    head = ["configuration", "layers enc+dec", "params", "seeds",
+            *[f"{k:,} updates" for k in updates], "final: average of last checkpoints",
+            "updates trained"]
+    if metric == "bleu":
+        head.append("final vs vanilla, same seed (ΔBLEU, bootstrap p)")
+    lines = [f"## Test {title} (mean ± sd over seeds, per seed in brackets)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    if lookup:
+        lk = f"{lookup[metric]:.2f}"
+        row = ["lookup baseline (no model: closest training verse)", "-", "-", "-",
+               *[lk] * len(updates), lk, "-"] + (["-"] if metric == "bleu" else [])
+        lines.append("| " + " | ".join(row) + " |")
+    for name in NAMES:
+        seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
+        if not seeds:
+            lines.append(f"| {name} | not run yet |" + " |" * (len(head) - 2))
+            continue
+        some = next(iter(stages[name][seeds[0]].values()), None) or finals[name][seeds[0]]
+        final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
+        label = final[0]["label"] if final else name
+        layers = f"{final[0]['N']}+{final[0]['decoder_N']}" if final else "-"
+        row = [label, layers, f"{some['params']:,}", str(len(seeds))]
+        for k in updates:
+            row.append(_cell([stages[name][s][k]["test"][metric] for s in seeds
+                              if k in stages[name][s]]))
+        row.append(_cell([f["test"][metric] for f in final]))
+        row.append("/".join(str(f["updates"]) + (" (stop)" if f.get("stopped_at") else "")
+                            for f in final) or "-")
+        if metric == "bleu":
+            row.append(paired.get(name, "-"))
+        lines.append("| " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
+    out = {}
+    base = finals.get(BASELINE, {})
+    for name, by_seed in finals.items():
+        if name == BASELINE:
+            continue
+        cells = []
+        for seed, r in sorted(by_seed.items()):
+            b = base.get(seed)
+            if b:
+                p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
+                                     read_lines(Path(results) / r["test"]["hypotheses"]), refs)
+                cells.append(f"s{seed}: {r['test']['bleu'] - b['test']['bleu']:+.2f}, "
+                             f"p={p['bleu_p']:.2f}")
+        out[name] = "; ".join(cells) or "-"
+    return out
+
+
+def plot(stages, out: Path) -> Optional[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not stages:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, name in enumerate(n for n in NAMES if n in stages):
+        by_seed = stages[name]
+        updates = sorted(set.intersection(*(set(m) for m in by_seed.values())))
+        if not updates:
+            continue
+        bleu = [[by_seed[s][k]["test"]["bleu"] for s in by_seed] for k in updates]
+        hours = [statistics.mean((by_seed[s][k].get("train_cpu_seconds") or 0) / 3600
+                                 for s in by_seed) for k in updates]
+        mean = [statistics.mean(b) for b in bleu]
+        color = colors[i % len(colors)]
+        for ax, xs in ((axes[0], updates), (axes[1], hours)):
+            ax.plot(xs, mean, marker="o", color=color, label=f"{name} ({len(by_seed)} seeds)")
+            if len(by_seed) > 1:
+                ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
+                                color=color, alpha=0.2)
+    axes[0].set_xlabel("updates")
+    axes[1].set_xlabel("training CPU-hours (1 thread)")
+    axes[0].set_ylabel("test BLEU (sacreBLEU, detokenized)")
+    return save_panels(fig, axes, "Budget curves on the clean Bible split (band: min-max over "
+                       "seeds)", out / "budget_curves.png", ncol=1)
+
+
+def render(results: str, command: str = COMMAND) -> Dict[str, str]:
+    out = Path(results)
+    if not (out / "corpus" / "audit.json").exists():
+        raise SystemExit(f"--results {results}: no corpus/audit.json there; a worker copies it "
+                         "on starting (python -m fairseq_shared.cli.budget run --data ...)")
+    stages, finals = load(results)
+    audit = json.loads((out / "corpus" / "audit.json").read_text(encoding="utf-8"))
+    refs = read_lines(out / "corpus" / "test.ref")
+    lookup = audit["splits"]["test"].get("lookup")
+    updates = sorted({k for by_seed in stages.values() for m in by_seed.values() for k in m})
+    records = [m for by_seed in stages.values() for ms in by_seed.values() for m in ms.values()]
+    records += [f for by_seed in finals.values() for f in by_seed.values()]
+    paired = paired_final(finals, results, refs)
+    lines = ["# Budget curves on the clean Bible split", "",
+             f"Produced by `{command}` (one worker per core); regenerated from `milestones/*.json`"
+             " and `runs/*.json` by `python -m fairseq_shared.cli.budget render`. Each milestone "
+             "is the test set decoded from the checkpoint at that update; the final column "
+             "averages the last interval checkpoints of the run (`average_of` in its file). "
+             "Paired bootstrap: sacreBLEU, 1000 samples, final model against vanilla with the "
+             "same seed.", ""]
+    lines += metric_table("bleu", stages, finals, updates, lookup, paired)
+    lines += metric_table("chrf", stages, finals, updates, lookup, {})
+    signatures = sorted({(r["test"]["bleu_signature"], r["test"]["chrf_signature"])
+                         for r in records})
+    lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
+    (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
+    paths = {"tables": str(out / "tables.md")}
+    figure = plot(stages, out)
+    if figure:
+        paths["plot"] = figure
+    return paths

@@ -1,0 +1,66 @@
+"""The fairseq-train child of a run, recorded in its run directory (``train.pid``: pid and
+kernel start time), so that whoever takes the run over after its worker died can kill a child
+that outlived it (where ``PR_SET_PDEATHSIG`` is not available or has not fired yet) before
+training into the same directory."""
+
+import json
+import os
+import signal
+import time
+from typing import Optional
+
+PID_FILE = "train.pid"
+
+
+def start_time(pid: int) -> Optional[int]:
+    """The kernel's start time of ``pid`` (clock ticks since boot; None if it is gone), which
+    tells a live process from a later one that reused its pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # exited, not yet reaped
+        return None
+    return int(fields[19])
+
+
+def record(run_dir: str, pid: int) -> None:
+    path = os.path.join(run_dir, PID_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"pid": pid, "start": start_time(pid)}, f)
+    os.replace(path + ".tmp", path)
+
+
+def forget(run_dir: str, pid: int) -> None:
+    path = os.path.join(run_dir, PID_FILE)
+    try:
+        with open(path) as f:
+            if json.load(f).get("pid") == pid:
+                os.unlink(path)
+    except (OSError, ValueError):
+        pass
+
+
+def kill_orphan(run_dir: str, timeout: float = 30.0) -> Optional[int]:
+    """Kill the recorded child of ``run_dir`` if it still runs (the same process: same pid and
+    start time) and wait until it is gone; returns its pid, or None if there was none."""
+    path = os.path.join(run_dir, PID_FILE)
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    pid = int(rec.get("pid") or 0)
+    alive = pid > 0 and start_time(pid) is not None and start_time(pid) == rec.get("start")
+    if alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + timeout
+        while start_time(pid) == rec.get("start") and time.time() < deadline:
+            time.sleep(0.05)
+    os.unlink(path)
+    return pid if alive else None

@@ -1,0 +1,393 @@
+"""The one run queue of every experiment suite: items, claims, result files, commits and the
+restartable worker loop.
+
+A suite (:class:`Suite`) declares its items (a configuration name, a seed, optionally the
+result files it waits for), how one item is run (its ``run`` hook returns the result dict)
+and which files a finished item commits. :func:`work` is the worker: it takes every item that
+is neither finished (``RESULTS/runs/<item>.json`` exists) nor held by another worker, runs it,
+writes its result file at once and, with a repository, commits exactly its files. Start one
+worker per core; they share the queue through ``WORK/claims``.
+
+Reliability, for workers that can be killed at any moment:
+
+* a claim is an ``fcntl.flock`` on ``WORK/claims/<item>``, held for the whole run: the kernel
+  releases it when its holder dies, however it dies, so there is no stale claim to judge and
+  no window in which two workers both hold one (claim files are never deleted: a deleted,
+  still-locked file would let a second worker lock a new file of the same name);
+* the holder re-checks the result file after locking, so an item finished by a worker that
+  released the lock a moment earlier is not run twice;
+* the fairseq-train child dies with its worker and writes its own log into the run directory
+  (:mod:`~fairseq_shared.experiments.training`, :mod:`~fairseq_shared.experiments.child`),
+  so a restarted worker records what the child did, from that log and the checkpoint;
+* a worker comes back to items it skipped while another worker held them, until nothing is
+  left or everything left is held by a live worker (or waits for such an item);
+* a failed item gets ``WORK/failed/<item>.json`` (its error; not a result) and the worker goes
+  on with the next; a later worker tries it again;
+* a result written but not committed (a worker killed in between) is committed by the next
+  worker with a repository.
+
+:func:`record_run` builds the result keys every trained run shares (parameters, updates,
+training seconds and CPU seconds, the valid curve, the exact training command) around the
+suite's ``evaluate`` hook (BLEU for translation, ``fairseq-eval-lm`` for language models).
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from fairseq_shared.experiments.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
+from fairseq_shared.experiments.training import checkpoint_progress, log_records, train
+
+#: inside :func:`claim`, between opening and locking, sleep SECONDS or wait ``until:FILE``
+#: exists (tests inject races with it)
+CLAIM_DELAY_ENV = "FAIRSEQ_SHARED_CLAIM_DELAY"
+
+
+# ---------------------------------------------------------------------------- items
+@dataclass(frozen=True)
+class Item:
+    """One unit of a suite: a configuration ``name`` trained with ``seed``. ``kind`` and
+    ``settings`` say how (the suite's business); ``needs`` are result files that must exist
+    before it can run (items of this or another suite)."""
+    name: str
+    seed: int
+    kind: str = "train"
+    settings: Tuple[Tuple[str, object], ...] = ()
+    needs: Tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return item_id(self.name, self.seed)
+
+    def setting(self, key: str, default=None):
+        return dict(self.settings).get(key, default)
+
+
+def item_id(name: str, seed: int) -> str:
+    return f"{name}_s{seed}"
+
+
+def parse_queue(text: Optional[str], default: Sequence[Tuple[str, int]],
+                known: Iterable[str]) -> List[Tuple[str, int]]:
+    """``name:seed,name:seed`` -> items (``None`` -> ``default``); unknown names and missing
+    seeds are refused naming ``--queue``."""
+    if not text:
+        return list(default)
+    known = list(known)
+    items = []
+    for part in text.split(","):
+        name, _, seed = part.strip().partition(":")
+        if name not in known:
+            raise SystemExit(f"--queue: unknown configuration '{name}'; known: "
+                             f"{', '.join(known)}")
+        if not seed.isdigit():
+            raise SystemExit(f"--queue: '{part}' needs a seed, as in {name}:1")
+        items.append((name, int(seed)))
+    return items
+
+
+# ---------------------------------------------------------------------------- files
+def result_path(results: str, name: str, seed: int) -> Path:
+    return Path(results) / "runs" / f"{item_id(name, seed)}.json"
+
+
+def failure_path(work: str, ident: str) -> Path:
+    return Path(work) / "failed" / f"{ident}.json"
+
+
+def write_result(path: Path, result: Dict) -> None:
+    """Write a JSON record atomically (a reader sees the old file or the whole new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Optional[Dict]:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------- claims
+def _injected_delay(value: Optional[str]) -> None:
+    """For race tests: sleep SECONDS, or until the file after ``until:`` exists."""
+    if not value:
+        return
+    if value.startswith("until:"):
+        while not os.path.exists(value[len("until:"):]):
+            time.sleep(0.05)
+    else:
+        time.sleep(float(value))
+
+
+@contextlib.contextmanager
+def claim(work: str, ident: str, finished: Callable[[], bool] = lambda: False):
+    """Hold the item ``ident`` for the ``with`` body: yields True if this process holds it,
+    False if another live process does or it was ``finished`` by the time the lock came."""
+    path = Path(work) / "claims" / ident
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _injected_delay(os.environ.get(CLAIM_DELAY_ENV))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        if finished():  # finished by a holder that released it while we were on our way
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for people; the lock is what counts
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def held_elsewhere(work: str, ident: str) -> bool:
+    """Whether a live process holds the claim of ``ident`` (this one does not). It takes the
+    lock for an instant, so only ``plan`` asks: a worker claiming at that instant would skip
+    the item for one pass."""
+    path = Path(work) / "claims" / ident
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- commits
+def commit(paths: Sequence[Path], message: str, repo: str, tries: int = 10) -> bool:
+    """``git commit`` exactly these paths (other work in the tree is left alone)."""
+    rel = [os.path.relpath(os.path.abspath(p), repo) for p in paths]
+    for _ in range(tries):
+        add = subprocess.run(["git", "-C", repo, "add", "--", *rel], capture_output=True)
+        done = add.returncode == 0 and subprocess.run(
+            ["git", "-C", repo, "commit", "-q", "-m", message, "--", *rel],
+            capture_output=True).returncode == 0
+        if done:
+            return True
+        time.sleep(3)  # another process holds the index lock
+    return False
+
+
+def uncommitted(paths: Sequence[Path], repo: str) -> bool:
+    """Whether any of ``paths`` is untracked or differs from HEAD in ``repo``."""
+    rel = [os.path.relpath(os.path.abspath(p), repo) for p in paths]
+    out = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--", *rel],
+                         capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
+def results_repository(results: str) -> str:
+    """The git repository that holds ``results`` (for ``--commit``)."""
+    os.makedirs(results, exist_ok=True)
+    top = subprocess.run(["git", "-C", results, "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True)
+    if top.returncode != 0:
+        raise SystemExit(f"--commit: {results} is not inside a git repository")
+    return top.stdout.strip()
+
+
+# ---------------------------------------------------------------------------- suites
+@dataclass
+class Context:
+    """Where a worker runs: the corpus, its work and results directories, the budget."""
+    data: str
+    work: str
+    results: str
+    budget: str
+    overrides: Sequence[str] = ()
+    progress: Callable[[str], None] = print
+    commit_repo: Optional[str] = None
+    extra: Dict = field(default_factory=dict)  # suite-specific directories
+
+
+@dataclass
+class Suite:
+    """A declaration: ``run(item, ctx) -> result`` trains and evaluates one item (its result
+    file is written by the queue); ``commit_files(item, result, ctx) -> (paths, message)``
+    names what a finished item commits besides its result file."""
+    tag: str
+    run: Callable[[Item, Context], Dict]
+    commit_files: Callable[[Item, Dict, Context], Tuple[List[Path], str]]
+
+
+def item_runner(run_item: Callable[..., Dict]) -> Callable[[Item, Context], Dict]:
+    """A Suite's ``run`` from ``run_item(name, seed, data, work, results, budget, overrides,
+    progress)``."""
+    return lambda item, ctx: run_item(item.name, item.seed, ctx.data, ctx.work, ctx.results,
+                                      ctx.budget, ctx.overrides, ctx.progress)
+
+
+def work_pairs(suite: Suite, pairs: Sequence[Tuple[str, int]], data: str, work_dir: str,
+               results: str, budget: str, overrides: Sequence[str] = (),
+               commit_repo: Optional[str] = None, progress=print) -> List[str]:
+    """:func:`work` over ``(name, seed)`` items."""
+    ctx = Context(data, work_dir, results, budget, overrides, progress, commit_repo)
+    return work(suite, [Item(n, s) for n, s in pairs], ctx)
+
+
+def _commit(suite: Suite, item: Item, result: Dict, ctx: Context, only_if_dirty=False) -> None:
+    paths, message = suite.commit_files(item, result, ctx)
+    paths = [result_path(ctx.results, item.name, item.seed), *paths]
+    if only_if_dirty and not uncommitted(paths, ctx.commit_repo):
+        return
+    ok = commit(paths, message, ctx.commit_repo)
+    ctx.progress(f"[{suite.tag}] {'committed' if ok else 'could not commit'} {item.id}")
+
+
+def state(item: Item, ctx: Context) -> str:
+    """done / failed: ERROR / running / waits for ... / todo (for ``plan``)."""
+    if result_path(ctx.results, item.name, item.seed).exists():
+        return "done"
+    if held_elsewhere(ctx.work, item.id):
+        return "running (claimed by a live worker)"
+    need = [n for n in item.needs if not Path(n).exists()]
+    if need:
+        return f"waits for {', '.join(need)}"
+    failed = read_json(failure_path(ctx.work, item.id))
+    if failed:
+        return f"failed: {failed['error']} (retried by the next worker)"
+    return "todo"
+
+
+def work(suite: Suite, items: Sequence[Item], ctx: Context) -> List[str]:
+    """The worker loop; returns the ids this worker finished."""
+    finished, failed, checked = [], set(), set()
+    while True:
+        ran = False
+        for item in items:
+            path = result_path(ctx.results, item.name, item.seed)
+            if path.exists():
+                if ctx.commit_repo and item.id not in checked:  # killed before its commit
+                    checked.add(item.id)
+                    _commit(suite, item, read_json(path) or {}, ctx, only_if_dirty=True)
+                continue
+            if item.id in failed:
+                continue
+            need = [n for n in item.needs if not Path(n).exists()]
+            if need:
+                continue
+            with claim(ctx.work, item.id, finished=path.exists) as held:
+                if not held:
+                    continue
+                ran = True
+                result = _run_one(suite, item, ctx)
+                if result is None:
+                    failed.add(item.id)
+                    continue
+                write_result(path, result)
+                failure_path(ctx.work, item.id).unlink(missing_ok=True)
+            finished.append(item.id)
+            checked.add(item.id)
+            if ctx.commit_repo:
+                _commit(suite, item, result, ctx)
+        if not ran:
+            break
+    for item in items:  # what is left (said without probing the claims other workers take)
+        if result_path(ctx.results, item.name, item.seed).exists():
+            continue
+        need = [n for n in item.needs if not Path(n).exists()]
+        why = (f"failed, see {failure_path(ctx.work, item.id)}" if item.id in failed else
+               f"waits for {', '.join(need)}" if need else "held by another worker")
+        ctx.progress(f"[{suite.tag}] {item.id}: left, {why}")
+    return finished
+
+
+def _run_one(suite: Suite, item: Item, ctx: Context) -> Optional[Dict]:
+    try:
+        result = suite.run(item, ctx)
+    except Exception as e:  # noqa: BLE001  one item's failure must not stop the queue
+        write_result(failure_path(ctx.work, item.id), {
+            "item": item.id, "error": f"{type(e).__name__}: {e}".splitlines()[0],
+            "traceback": traceback.format_exc(), "failed": time.strftime("%Y-%m-%d %H:%M:%S")})
+        ctx.progress(f"[{suite.tag}] {item.id} failed: {type(e).__name__}: {e}; recorded in "
+                     f"{failure_path(ctx.work, item.id)}; going on with the next item")
+        return None
+    result.setdefault("finished", time.strftime("%Y-%m-%d %H:%M:%S"))
+    return result
+
+
+# ---------------------------------------------------------------------------- one run
+def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]:
+    """Valid loss at every validation, with the training seconds spent up to that update.
+
+    fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
+    interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
+    are the sum over the intervals that end at or before u; an interval logged twice (a killed
+    attempt that was resumed from an earlier checkpoint) counts once, with its last value.
+    ``cpu_costs`` (:func:`~fairseq_shared.experiments.cpu_clock.cpu_per_update`) adds the
+    CPU seconds spent up to each point (``train_cpu_seconds``)."""
+    intervals, points = {}, {}
+    for kind, rec in log_records(log_path):
+        if kind == "train_inner" and "train_wall" in rec:
+            intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
+        elif kind == "valid":
+            point = {"update": int(float(rec["valid_num_updates"])),
+                     "valid_loss": float(rec["valid_loss"])}
+            if "valid_nll_loss" in rec:
+                point["valid_nll_loss"] = float(rec["valid_nll_loss"])
+            points[point["update"]] = point
+    for u, point in points.items():
+        point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
+        if len(cpu_costs) >= u:
+            point["train_cpu_seconds"] = round(cumulative_cpu(cpu_costs, u), 2)
+    return [points[u] for u in sorted(points)]
+
+
+def train_run(run, ident: str, progress=print) -> Dict:
+    """Train (or finish) ``run`` (restartable); returns its done.json content."""
+    if run.skip_reason:
+        raise RuntimeError(f"{ident}: {run.skip_reason}")
+    if run.state() != "done":
+        train(run, progress, 1, 1, time.time())
+    return run.done_info()
+
+
+def checkpoint_updates(run) -> int:
+    """Updates stored in ``run``'s ``checkpoint_last.pt`` (0 without one)."""
+    if not os.path.exists(run.checkpoint):
+        return 0
+    return checkpoint_progress(run.checkpoint)["updates"]
+
+
+def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],
+               progress=print, command: Optional[List[str]] = None) -> Dict:
+    """Train (or finish) ``run``, evaluate it, and return its result: the keys every suite
+    shares, then what ``evaluate(run, result)`` returns (it may also amend the curve)."""
+    info = train_run(run, item.id, progress)
+    costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
+                                      info["updates"])
+    result = {
+        "name": item.name, "seed": item.seed, "label": label, "arch": run.arch,
+        "strategy": run.strategy, "scope": run.scope, "N": run.N, "M": run.M,
+        "params": run.params, "updates": info["updates"],
+        "training_seconds": info["training_seconds"],
+        "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
+        "train_wps": info.get("train_wps"),
+        # CPU seconds of the training process tree: not inflated by other jobs (cpu_clock)
+        "training_cpu_seconds": round(sum(costs), 1) if costs else None,
+        "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
+        "cpu_estimated_updates": estimated,
+        "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
+        "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
+        "budget": dict(run.budget),
+        "train_command": command or run.train_command()[1:],
+    }
+    result.update(evaluate(run, result))
+    return result

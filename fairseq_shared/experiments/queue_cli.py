@@ -1,0 +1,100 @@
+"""The one command shape of every queued suite: ``run | plan | render`` (and a suite's own
+extra commands), built from a :class:`Command` declaration.
+
+* ``run`` is a worker of :func:`queue.work` (one per core); ``--commit`` commits each finished
+  item's files at once;
+* ``plan`` lists every item with its state (done, running, waits for, failed, todo);
+* ``render`` rebuilds the suite's tables and plots from the committed files only.
+"""
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from fairseq_shared.experiments import queue
+
+
+@dataclass
+class Command:
+    suite: queue.Suite
+    doc: str
+    results: str  # default --results
+    work: str  # default --work
+    budget: str  # default --budget
+    items: Callable[[argparse.Namespace], List[queue.Item]]
+    render: Callable[[argparse.Namespace], str]
+    prepare: Optional[Callable[[argparse.Namespace], None]] = None  # before ``run``
+    plan: Optional[Callable[[argparse.Namespace, List[queue.Item]], None]] = None  # extra lines
+    add_arguments: Optional[Callable[[argparse.ArgumentParser, str], None]] = None
+    extra: Callable[[argparse.Namespace], Dict] = lambda args: {}  # Context.extra
+    queue_option: bool = True  # --queue name:seed,...; else the suite's own selection
+    plan_needs_data: bool = False
+    # name -> (add its arguments, run it -> exit code)
+    commands: Dict[str, Tuple[Callable, Callable]] = field(default_factory=dict)
+
+
+def build_parser(cmd: Command) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=cmd.doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("run", "plan", "render", *cmd.commands):
+        s = sub.add_parser(name)
+        s.add_argument("--results", default=cmd.results)
+        if name in cmd.commands:
+            cmd.commands[name][0](s)
+            continue
+        if name != "render":
+            s.add_argument("--data", required=name == "run" or cmd.plan_needs_data,
+                           help="the prepared corpus")
+            s.add_argument("--work", default=cmd.work, help="checkpoints, logs, claims")
+            s.add_argument("--budget", default=cmd.budget, help=f"default {cmd.budget}")
+            s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           help="override one budget value")
+            if cmd.queue_option:
+                s.add_argument("--queue", default=None,
+                               help="name:seed,... (default: the full queue)")
+        if name == "run":
+            s.add_argument("--commit", action="store_true",
+                           help="git-commit each finished item's files at once")
+        if cmd.add_arguments:
+            cmd.add_arguments(s, name)
+    return p
+
+
+def context(cmd: Command, args, commit_repo: Optional[str] = None) -> queue.Context:
+    return queue.Context(args.data, args.work, args.results, args.budget, args.set,
+                         commit_repo=commit_repo, extra=cmd.extra(args))
+
+
+def print_plan(cmd: Command, args, items: Sequence[queue.Item]) -> None:
+    ctx = context(cmd, args)
+    states = [queue.state(item, ctx) for item in items]
+    print(f"{sum(s == 'done' for s in states)}/{len(items)} finished:")
+    for item, state in zip(items, states):
+        print(f"  {item.id}: {state}")
+
+
+def main(cmd: Command, argv=None) -> int:
+    args = build_parser(cmd).parse_args(argv)
+    if args.command == "render":
+        print(cmd.render(args))
+        return 0
+    if args.command in cmd.commands:
+        return cmd.commands[args.command][1](args)
+    items = cmd.items(args)
+    if args.command == "plan":
+        if cmd.plan:
+            cmd.plan(args, items)
+        else:
+            print_plan(cmd, args, items)
+        return 0
+    from fairseq_shared.fairseq_commands import terminate_on_sigterm
+
+    terminate_on_sigterm()
+    if cmd.prepare:
+        cmd.prepare(args)
+    repo = queue.results_repository(args.results) if args.commit else None
+    ctx = context(cmd, args, repo)
+    finished = queue.work(cmd.suite, items, ctx)
+    print(f"[{cmd.suite.tag}] this worker finished: {', '.join(finished) or 'nothing'}")
+    return 0

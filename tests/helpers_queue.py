@@ -1,0 +1,45 @@
+"""Run-queue workers as real processes, for the queue and suite tests: a ``python -m`` worker
+of one suite's CLI on the toy corpus (built once per pytest session)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_shared.experiments import queue
+from fairseq_shared.data.toydata import build_toy_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "a@b"}  # for workers run with --commit
+_TOY = {}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> str:
+    """The toy corpus (built once per session)."""
+    if "path" not in _TOY:
+        _TOY["path"] = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy_queue"))
+    return _TOY["path"]
+
+
+def start_worker(cli: str, toy: str, root: Path, *args: str, delay=None) -> subprocess.Popen:
+    """``python -m fairseq_shared.cli.<cli> run`` with work and results under ``root``;
+    ``delay``: the claim delay to inject (:data:`queue.CLAIM_DELAY_ENV`)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               **GIT_IDENTITY)
+    env.pop(queue.CLAIM_DELAY_ENV, None)
+    if delay:
+        env[queue.CLAIM_DELAY_ENV] = str(delay)
+    cmd = [sys.executable, "-m", f"fairseq_shared.cli.{cli}", "run", "--data", toy,
+           "--work", str(root / "work"), "--results", str(root / "results"), *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def attempts(run_dir: Path) -> int:
+    """How many times fairseq-train was started in ``run_dir`` (one header line each)."""
+    log = Path(run_dir) / "train.log"
+    return sum(line.startswith("# ") for line in log.read_text().splitlines())

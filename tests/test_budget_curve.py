@@ -1,0 +1,146 @@
+"""The budget-curve suite end to end on the toy corpus (tiny budget, milestones 10 and 30): a
+worker killed with SIGKILL between two milestones and restarted writes what an uninterrupted
+worker writes; training in stages equals one long run; the tables and plots render from the
+written files; the early-stop rule counted in validations."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fairseq_shared.experiments import budget_curve, budget_report, evidence, milestones
+from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
+
+
+def worker(toy, root, *args):
+    return start_worker("budget", toy, root, "--budget", "tiny_milestones", "--queue",
+                        "vanilla:1", *args)
+
+
+def written(root):
+    """Every record of the run, without what depends on the clock."""
+    results = root / "results"
+    out = {}
+    for path in sorted([*results.glob("milestones/*.json"), *results.glob("runs/*.json")]):
+        r = json.loads(path.read_text())
+        out[path.name] = {
+            "update": r.get("update"), "updates": r.get("updates"),
+            "valid_loss": r.get("valid_loss"), "test": {k: r["test"][k] for k in ("bleu", "chrf")},
+            "curve": [(p["update"], p["valid_loss"]) for p in r["curve"]],
+            "average_of": r.get("average_of"),
+            "milestones": [(m["update"], m["bleu"]) for m in r.get("milestones", [])]}
+    out["hyps"] = {p.name: p.read_text() for p in sorted(results.glob("hyps/*"))}
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(toy, tmp_path_factory):
+    root = tmp_path_factory.mktemp("budget")
+    out, _ = worker(toy, root).communicate(timeout=300)
+    assert "this worker finished: vanilla_s1" in out, out
+    return root
+
+
+def test_each_milestone_is_written_then_the_averaged_final(uninterrupted, toy):
+    rec = written(uninterrupted)
+    assert sorted(rec) == ["hyps", "vanilla_s1.json", "vanilla_s1_u10.json", "vanilla_s1_u30.json"]
+    assert sorted(rec["hyps"]) == [f"vanilla_s1_{s}.en" for s in ("avg", "u10", "u30")]
+    final = rec["vanilla_s1.json"]
+    assert final["updates"] == 30
+    # the last 3 kept interval checkpoints (keep_interval_updates=3; 24 updates an epoch)
+    assert final["average_of"] == [f"checkpoint_{e}_{u}.pt" for e, u in ((2, 30), (1, 20), (1, 10))]
+    for k in (10, 30):
+        m = rec[f"vanilla_s1_u{k}.json"]
+        assert m["update"] == k and m["curve"][-1][0] <= k
+        assert m["valid_loss"] == dict(final["curve"])[k]
+    assert final["milestones"] == [(k, rec[f"vanilla_s1_u{k}.json"]["test"]["bleu"])
+                                   for k in (10, 30)]
+    # two attempts of fairseq-train (to 10, then to 30): the same as one 30-update run
+    assert attempts(uninterrupted / "work" / "runs_s1" / "vanilla") == 2
+
+
+def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):
+    evidence.snapshot_corpus(toy, str(tmp_path / "results"))
+    evidence.work_queue([("vanilla", 1)], toy, str(tmp_path / "work"), str(tmp_path / "results"),
+                        "tiny", ["max_update=30", "save_interval_updates=10"],
+                        progress=lambda m: None)
+    one = json.loads((tmp_path / "results" / "runs" / "vanilla_s1.json").read_text())
+    staged = written(uninterrupted)["vanilla_s1.json"]
+    assert [(p["update"], p["valid_loss"]) for p in one["curve"]] == staged["curve"]
+
+
+def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, toy, tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    first = worker(toy, tmp_path, "--commit")
+    u10 = tmp_path / "results" / "milestones" / "vanilla_s1_u10.json"
+    deadline = time.time() + 120
+    while not u10.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert not (tmp_path / "results" / "milestones" / "vanilla_s1_u30.json").exists()
+    out, _ = worker(toy, tmp_path, "--commit").communicate(timeout=300)
+    assert "this worker finished: vanilla_s1" in out, out
+    assert written(tmp_path) == written(uninterrupted)
+    # every milestone committed (by the killed worker or, if it died first, by the next)
+    git = ["git", "-C", str(tmp_path)]
+    log = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True).stdout
+    assert [line.split(" (")[0] for line in log.splitlines()] == [
+        "budget: vanilla_s1 finished", "budget: vanilla_s1 at 30 updates",
+        "budget: vanilla_s1 at 10 updates"]
+    left = subprocess.run([*git, "status", "--porcelain", "results/milestones", "results/hyps",
+                           "results/runs"], capture_output=True, text=True).stdout
+    assert left == ""
+
+
+def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(uninterrupted / "results", results)
+    # a second configuration with the same seed, as a worker would write it
+    for path in [*results.glob("milestones/*.json"), *results.glob("runs/*.json")]:
+        r = json.loads(path.read_text())
+        r["name"], r["label"] = "cycle_rev_2L", "Cycle (rev)"
+        r["test"]["bleu"] += 1.0
+        path.with_name(path.name.replace("vanilla", "cycle_rev_2L")).write_text(json.dumps(r))
+    paths = budget_report.render(str(results))
+    text = Path(paths["tables"]).read_text()
+    final = json.loads((results / "runs" / "vanilla_s1.json").read_text())
+    u10 = json.loads((results / "milestones" / "vanilla_s1_u10.json").read_text())
+    row = next(l for l in text.splitlines() if l.startswith("| Vanilla |"))
+    assert f"| {u10['test']['bleu']:.2f} |" in row and f"| {final['test']['bleu']:.2f} | 30 |" in row
+    cycle = next(l for l in text.splitlines() if l.startswith("| Cycle (rev) |"))
+    assert "s1: +1.00, p=" in cycle  # same hypotheses: the bootstrap sees no difference
+    lookup = json.loads((results / "corpus" / "audit.json").read_text())["splits"]["test"]["lookup"]
+    assert f"| {lookup['bleu']:.2f} | {lookup['bleu']:.2f} |" in text
+    assert "| vanilla_2L | not run yet |" in text
+    assert final["test"]["bleu_signature"] in text
+    assert os.path.getsize(paths["plot"]) > 10000
+
+
+def test_early_stop_counts_validations_at_the_checkpoint_interval():
+    curve = [{"update": u, "valid_loss": v} for u, v in
+             [(10, 5.0), (20, 4.0), (24, 3.0), (30, 4.1), (40, 4.0), (50, 4.2)]]
+    # 24 is an epoch-end validation: not counted, it has no kept checkpoint
+    assert milestones.early_stop(curve, 3, 10) == 50
+    assert milestones.early_stop(curve, 4, 10) is None
+    assert milestones.early_stop(curve, 0, 10) is None
+    assert milestones.next_check(curve, 4, 10) == 60  # best at 20: 20 + 4 intervals
+    assert milestones.next_check(curve[:2], 4, 10) == 60
+    assert milestones.next_check([], 2, 10) == 20
+
+
+def test_milestones_and_queue_order():
+    assert milestones.parse_milestones("1000,2000,4000,8000", 8000) == [1000, 2000, 4000, 8000]
+    with pytest.raises(SystemExit, match="increasing positive updates up to max_update=100"):
+        milestones.parse_milestones("50,200", 100)
+    assert budget_curve.QUEUE[:8] == [
+        ("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla_2L", 1), ("vanilla_2L_dec1", 1),
+        ("vanilla", 2), ("cycle_rev_2L", 2), ("vanilla_2L", 2), ("vanilla_2L_dec1", 2)]
+    assert {n for n, _ in budget_curve.QUEUE[8:]} == {"vanilla_dec2L", "san_dec2L", "attn_shared"}
+    with pytest.raises(SystemExit, match="--queue: unknown configuration 'universal'"):
+        budget_curve.parse_queue("universal:1")

@@ -1,0 +1,213 @@
+"""The run queue with real processes: a worker killed with SIGKILL mid-run and restarted at
+once, and workers racing for one item (a delay injected inside the claim), each record equal
+to an uninterrupted run's; claims held by the kernel; failures recorded without stopping the
+queue; a worker coming back to an item whose holder died."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fairseq_shared.experiments import child, evidence, queue
+from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
+from helpers_queue import attempts as count_attempts
+
+# 60 updates, a checkpoint and a validation every 10: a kill lands between two of them
+SETTINGS = ["--queue", "vanilla:1", "--budget", "tiny", "--set", "max_update=60",
+            "--set", "save_interval_updates=10", "--set", "log_interval=5"]
+
+
+def worker(toy, root, delay=None):
+    return start_worker("evidence", toy, root, *SETTINGS, delay=delay)
+
+
+def record(root, item="vanilla_s1"):
+    """What must not depend on how the run was interrupted."""
+    r = json.loads((root / "results" / "runs" / f"{item}.json").read_text())
+    hyps = (root / "results" / r["test"]["hypotheses"]).read_text()
+    return {"updates": r["updates"], "valid_loss": r["valid_loss"],
+            "valid_nll_loss": r["valid_nll_loss"], "bleu": r["test"]["bleu"],
+            "chrf": r["test"]["chrf"], "hyps": hyps, "params": r["params"],
+            "curve": [(p["update"], p["valid_loss"], p["valid_nll_loss"]) for p in r["curve"]],
+            "cpu_points": sum("train_cpu_seconds" in p for p in r["curve"])}
+
+
+def attempts(root, item="vanilla"):
+    return count_attempts(root / "work" / "runs_s1" / item)
+
+
+@pytest.fixture(scope="module")
+def reference(toy, tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    out, _ = worker(toy, root).communicate(timeout=300)
+    rec = record(root)
+    assert rec["updates"] == 60 and set(range(10, 61, 10)) <= {p[0] for p in rec["curve"]}, out
+    return rec
+
+
+def test_kill_9_mid_run_then_restart_records_the_uninterrupted_result(toy, reference, tmp_path):
+    first = worker(toy, tmp_path)
+    log = tmp_path / "work" / "runs_s1" / "vanilla" / "train.log"
+    pid_file = tmp_path / "work" / "runs_s1" / "vanilla" / child.PID_FILE
+    deadline = time.time() + 120
+    while time.time() < deadline:  # the second checkpoint saved, training on (a kill inside
+        text = log.read_text() if log.exists() else ""  # fairseq's copy is compat.py's case)
+        if "@ 20 updates," in text and pid_file.exists():
+            break
+        time.sleep(0.01)
+    trainer = json.loads(pid_file.read_text())["pid"]
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert not (tmp_path / "results" / "runs" / "vanilla_s1.json").exists()
+    second = worker(toy, tmp_path)  # at once: the claim was the dead worker's lock
+    out, _ = second.communicate(timeout=300)
+    assert child.start_time(trainer) is None  # fairseq-train died with its worker
+    assert second.returncode == 0, out
+    assert attempts(tmp_path) == 2 and "resuming from checkpoint_last.pt" in out
+    assert record(tmp_path) == reference
+
+
+def test_racing_workers_run_an_item_once_with_the_uninterrupted_result(toy, reference, tmp_path):
+    # two workers lock at the same moment; a third opens the claim while the item runs but
+    # locks only after the winner has released it: it must find the result, not rerun it
+    late_go = tmp_path / "late.go"
+    workers = [worker(toy, tmp_path, delay=1), worker(toy, tmp_path, delay=1),
+               worker(toy, tmp_path, delay=f"until:{late_go}")]
+    outs = [w.communicate(timeout=300)[0] for w in workers[:2]]
+    late_go.touch()
+    outs.append(workers[2].communicate(timeout=300)[0])
+    assert all(w.returncode == 0 for w in workers), outs
+    finished = [o for o in outs if "this worker finished: vanilla_s1" in o]
+    assert len(finished) == 1 and "worker finished: nothing" in outs[2], outs
+    assert attempts(tmp_path) == 1
+    assert record(tmp_path) == reference
+
+
+# ---------------------------------------------------------------------------- the loop
+def _holder(work, ident, light=True):
+    """A process that holds the claim of ``ident`` until killed (``light``: the same flock
+    as :func:`queue.claim` takes, without importing the package)."""
+    path = os.path.join(work, "claims", ident)
+    code = ("import fcntl, os, time\n"
+            f"os.makedirs(os.path.dirname({path!r}), exist_ok=True)\n"
+            f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(True, flush=True)\n"
+            "time.sleep(600)") if light else (
+            "import sys, time; from fairseq_shared.experiments import queue\n"
+            f"with queue.claim({work!r}, {ident!r}) as held:\n"
+            "    print(held, flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout.readline().strip() == "True"
+    return proc
+
+
+def test_claims_are_kernel_locks_released_when_the_holder_dies(tmp_path):
+    holder = _holder(str(tmp_path), "a_s1", light=False)
+    with queue.claim(str(tmp_path), "a_s1") as held:
+        assert not held and queue.held_elsewhere(str(tmp_path), "a_s1")
+    holder.kill()
+    holder.wait()
+    with queue.claim(str(tmp_path), "a_s1") as held:
+        assert held
+    with queue.claim(str(tmp_path), "a_s1", finished=lambda: True) as held:
+        assert not held  # finished while we were on our way: not run again
+    assert not queue.held_elsewhere(str(tmp_path), "a_s1")
+
+
+def _suite(calls, fail=(), on_run=None):
+    def run(item, ctx):
+        calls.append(item.id)
+        if on_run:
+            on_run(item)
+        if item.name in fail:
+            raise ValueError(f"bad {item.name}")
+        return {"name": item.name, "seed": item.seed, "value": len(calls)}
+    return queue.Suite("t", run, lambda item, result, ctx: ([], f"t: {item.id}"))
+
+
+def test_a_failed_item_is_recorded_and_the_worker_goes_on(tmp_path):
+    calls = []
+    ctx = queue.Context("", str(tmp_path / "w"), str(tmp_path / "r"), "tiny",
+                        progress=lambda m: None)
+    items = [queue.Item("a", 1), queue.Item("b", 1), queue.Item("c", 1)]
+    assert queue.work(_suite(calls, fail={"b"}), items, ctx) == ["a_s1", "c_s1"]
+    assert calls == ["a_s1", "b_s1", "c_s1"]  # b is tried once by this worker
+    failed = json.loads(queue.failure_path(ctx.work, "b_s1").read_text())
+    assert failed["error"] == "ValueError: bad b" and "Traceback" in failed["traceback"]
+    assert not queue.result_path(ctx.results, "b", 1).exists()
+    assert queue.state(items[1], ctx).startswith("failed: ValueError: bad b")
+    # a later worker tries it again; its success clears the failure
+    assert queue.work(_suite(calls), items, ctx) == ["b_s1"]
+    assert not queue.failure_path(ctx.work, "b_s1").exists()
+
+
+def test_a_worker_returns_to_an_item_once_its_holder_is_gone(tmp_path):
+    work = str(tmp_path / "w")
+    holder = _holder(work, "a_s1")
+
+    def kill_holder(item):  # the holder of a dies while this worker runs b
+        if item.name == "b":
+            holder.kill()
+            holder.wait()
+
+    calls = []
+    ctx = queue.Context("", work, str(tmp_path / "r"), "tiny", progress=lambda m: None)
+    items = [queue.Item("a", 1), queue.Item("b", 1),
+             queue.Item("c", 1, needs=(str(queue.result_path(ctx.results, "a", 1)),))]
+    assert queue.work(_suite(calls, on_run=kill_holder), items, ctx) == ["b_s1", "a_s1", "c_s1"]
+
+
+def test_a_worker_stops_when_what_is_left_is_held_by_a_live_worker(tmp_path):
+    work = str(tmp_path / "w")
+    holder = _holder(work, "a_s1")
+    try:
+        calls, log = [], []
+        ctx = queue.Context("", work, str(tmp_path / "r"), "tiny", progress=log.append)
+        assert queue.work(_suite(calls), [queue.Item("a", 1), queue.Item("b", 1)], ctx) == ["b_s1"]
+        assert calls == ["b_s1"] and log == ["[t] a_s1: left, held by another worker"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_recorded_child_that_outlived_its_worker_is_killed_on_takeover(tmp_path):
+    orphan = subprocess.Popen(["sleep", "60"])
+    child.record(str(tmp_path), orphan.pid)
+    assert child.kill_orphan(str(tmp_path)) == orphan.pid
+    assert orphan.wait(timeout=5) == -signal.SIGKILL
+    assert not (tmp_path / child.PID_FILE).exists()
+    child.record(str(tmp_path), orphan.pid)  # gone (a reused pid would differ in start time)
+    assert child.kill_orphan(str(tmp_path)) is None
+
+
+def test_queue_parsing_names_unknown_configurations():
+    assert evidence.parse_queue("vanilla:2,san_dec2L:1") == [("vanilla", 2), ("san_dec2L", 1)]
+    assert evidence.parse_queue(None) == evidence.QUEUE
+    with pytest.raises(SystemExit, match="--queue: unknown configuration 'vanila'"):
+        evidence.parse_queue("vanila:1")
+    with pytest.raises(SystemExit, match="needs a seed"):
+        evidence.parse_queue("vanilla")
+
+
+def test_a_result_left_uncommitted_by_a_killed_worker_is_committed_by_the_next(tmp_path,
+                                                                              monkeypatch):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for key, value in GIT_IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    ctx = queue.Context("", str(tmp_path / "w"), str(repo / "results"), "tiny",
+                        progress=lambda m: None, commit_repo=str(repo))
+    # finished and written, then killed before its commit
+    queue.write_result(queue.result_path(ctx.results, "a", 1), {"name": "a", "seed": 1})
+    calls = []
+    assert queue.work(_suite(calls), [queue.Item("a", 1), queue.Item("b", 1)], ctx) == ["b_s1"]
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "--name-only"],
+                         capture_output=True, text=True).stdout.split("\n")
+    assert [l for l in log if l] == ["t: b_s1", "results/runs/b_s1.json",
+                                     "t: a_s1", "results/runs/a_s1.json"]
+    assert calls == ["b_s1"]
