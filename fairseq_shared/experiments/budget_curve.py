@@ -30,9 +30,8 @@ from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
 # Takase & Kiyono's and Kasai et al.'s rows with seed 1, then their seed 2, then the rest.
 CORE = ["vanilla", "cycle_rev_2L", "vanilla_2L", "vanilla_2L_dec1"]
 REST = ["vanilla_dec2L", "san_dec2L", "attn_shared"]
-# ---- One Wide FFN: the FFN issue's two configurations go here, once configs.CONFIGS has them
-# (that family is built elsewhere); e.g. ONE_WIDE_FFN = ["owf_...", "owf_..."]
-ONE_WIDE_FFN: List[str] = []
+# One Wide FFN (the FFN issue): the shared wide encoder FFN, and the decoder-FFN-free row
+ONE_WIDE_FFN: List[str] = ["one_wide_ffn", "nodec_ffn"]
 QUEUE: List[Tuple[str, int]] = ([(n, 1) for n in CORE] + [(n, 2) for n in CORE]
                                 + [(n, 1) for n in REST + ONE_WIDE_FFN])
 NAMES = CORE + REST + ONE_WIDE_FFN

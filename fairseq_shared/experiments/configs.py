@@ -64,6 +64,18 @@ CONFIGS: List[Dict] = [
     # than 4+2 (2,347,776, -66,304); an encoder layer is 198,272, a decoder layer 264,320.
     dict(name="vanilla_2L_dec1", tables=["budget"], label="Vanilla, deep encoder 2L / decoder 1",
          strategy="none", N="2L", M="2L", decoder_N=1, default=False),
+    # One Wide FFN (Pires et al. 2023): one encoder FFN shared by every encoder layer, widened to
+    # vanilla 3+3's parameters (models/wide_ffn.py: exact width 3077.479 at d=128, f=512, L=3,
+    # 8,008 symbols; 3077 gives 2,413,957 = vanilla - 123), and no decoder FFN; the later
+    # --encoder-ffn-embed-dim of `extra` overrides the budget's 512.
+    dict(name="one_wide_ffn", tables=["budget"], label="One wide FFN (encoder), no decoder FFN",
+         arch="transformer_one_wide_ffn", strategy="none", encoder_strategy="universal",
+         N="L", M="L", extra=["--encoder-share-scope", "ffn", "--encoder-ffn-embed-dim", "3077",
+                              "--decoder-no-ffn"], default=False),
+    # the paper's other row: vanilla with the decoder's FFNs dropped (2,018,176 parameters)
+    dict(name="nodec_ffn", tables=["budget"], label="Vanilla, no decoder FFN",
+         arch="transformer_one_wide_ffn_nodec", strategy="none", N="L", M="L",
+         extra=["--decoder-no-ffn"], default=False),
 ]
 
 TABLES = ("takase", "albert", "xiao")
@@ -187,6 +199,11 @@ _BUDGET_RULES = {
     **{k: (lambda v: isinstance(v, bool), "true or false")
        for k in ("equal_updates", "normalize_before")},
     "name": (lambda v: isinstance(v, str), "a name"),
+    # long runs in stages (experiments/milestones.py reads and orders the milestones)
+    "milestones": (lambda v: isinstance(v, (str, list)) or _count(v),
+                   "updates such as 1000,2000,4000"),
+    "patience": (lambda v: _count(v, 0), "an integer >= 0 (0: no early stop)"),
+    "average_last": (lambda v: _count(v, 0), "an integer >= 0 (0: no averaged final stage)"),
 }
 
 
