@@ -89,13 +89,13 @@ def test_racing_workers_run_an_item_once_with_the_uninterrupted_result(toy, refe
 
 # ---------------------------------------------------------------------------- the loop
 def _holder(work, ident, light=True):
-    """A process that holds the claim of ``ident`` until killed (``light``: the same flock
-    as :func:`queue.claim` takes, without importing the package)."""
+    """A process that holds the claim of ``ident`` until killed (``light``: the same
+    record lock as :func:`queue.claim` takes, without importing the package)."""
     path = os.path.join(work, "claims", ident)
     code = ("import fcntl, os, time\n"
             f"os.makedirs(os.path.dirname({path!r}), exist_ok=True)\n"
             f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(True, flush=True)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(True, flush=True)\n"
             "time.sleep(600)") if light else (
             "import sys, time; from fairseq_shared.experiments import queue\n"
             f"with queue.claim({work!r}, {ident!r}) as held:\n"
@@ -117,6 +117,28 @@ def test_claims_are_kernel_locks_released_when_the_holder_dies(tmp_path):
     with queue.claim(str(tmp_path), "a_s1", finished=lambda: True) as held:
         assert not held  # finished while we were on our way: not run again
     assert not queue.held_elsewhere(str(tmp_path), "a_s1")
+
+
+def test_a_claim_dies_with_its_holder_even_when_a_forked_child_lives_on(tmp_path):
+    """A worker decoding a milestone has a forked data-loader child; killing the worker must
+    free its claim at once, not when the child notices (the claim is the process's own)."""
+    code = ("import os, sys, time; from fairseq_shared.experiments import queue\n"
+            f"with queue.claim({str(tmp_path)!r}, 'a_s1') as held:\n"
+            "    if os.fork() == 0:\n"
+            "        time.sleep(60); os._exit(0)\n"
+            "    print(held, flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert holder.stdout.readline().strip() == "True"
+        assert queue.held_elsewhere(str(tmp_path), "a_s1")
+        holder.kill()
+        holder.wait()
+        with queue.claim(str(tmp_path), "a_s1") as held:
+            assert held  # the forked child (still sleeping) does not hold it
+    finally:
+        holder.kill()
+        subprocess.run(["pkill", "-f", "time.sleep(60); os._exit(0)"], check=False)
 
 
 def _suite(calls, fail=(), on_run=None):

@@ -10,10 +10,13 @@ worker per core; they share the queue through ``WORK/claims``.
 
 Reliability, for workers that can be killed at any moment:
 
-* a claim is an ``fcntl.flock`` on ``WORK/claims/<item>``, held for the whole run: the kernel
-  releases it when its holder dies, however it dies, so there is no stale claim to judge and
-  no window in which two workers both hold one (claim files are never deleted: a deleted,
-  still-locked file would let a second worker lock a new file of the same name);
+* a claim is a POSIX record lock (``fcntl.lockf``) on ``WORK/claims/<item>``, held for the
+  whole run: the kernel releases it when its holder dies, however it dies, so there is no
+  stale claim to judge and no window in which two workers both hold one (claim files are
+  never deleted: a deleted, still-locked file would let a second worker lock a new file of the
+  same name). Not ``flock``: an ``flock`` belongs to the open file, which a forked child
+  (fairseq's data-loader worker while a milestone is decoded) shares, so a killed worker's
+  claim outlived it until that child noticed; a record lock belongs to the process alone;
 * the holder re-checks the result file after locking, so an item finished by a worker that
   released the lock a moment earlier is not run twice;
 * the fairseq-train child dies with its worker and writes its own log into the run directory
@@ -32,6 +35,7 @@ suite's ``evaluate`` hook (BLEU for translation, ``fairseq-eval-lm`` for languag
 """
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -129,6 +133,18 @@ def _injected_delay(value: Optional[str]) -> None:
         time.sleep(float(value))
 
 
+def _lock(fd: int) -> bool:
+    """Take the record lock of the open claim file ``fd`` without waiting: False if another
+    process holds it."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
 @contextlib.contextmanager
 def claim(work: str, ident: str, finished: Callable[[], bool] = lambda: False):
     """Hold the item ``ident`` for the ``with`` body: yields True if this process holds it,
@@ -138,9 +154,7 @@ def claim(work: str, ident: str, finished: Callable[[], bool] = lambda: False):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         _injected_delay(os.environ.get(CLAIM_DELAY_ENV))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _lock(fd):
             yield False
             return
         if finished():  # finished by a holder that released it while we were on our way
@@ -160,12 +174,9 @@ def held_elsewhere(work: str, ident: str) -> bool:
     path = Path(work) / "claims" / ident
     if not path.exists():
         return False
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
+        return not _lock(fd)
     finally:
         os.close(fd)
 
