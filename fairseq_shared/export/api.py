@@ -11,6 +11,7 @@ from fairseq_shared.export.plain import ExportError, load_shared, plain_checkpoi
 from fairseq_shared.export.outputs import planned_files, refuse_overwrite
 from fairseq_shared.export.verify import (
     TOLERANCES, check, ct2_hypotheses, fairseq_hypotheses, fairseq_scorer,
+    per_sentence_hypotheses,
 )
 from fairseq_shared.export.verify import summary_line as translation_line
 
@@ -81,11 +82,12 @@ def _dict_names(loaded):
 
 
 def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optional[str] = None,
-           data: Optional[str] = None, subset: str = "test", sentences: int = 100,
+           hf: bool = False, data: Optional[str] = None, subset: str = "test", sentences: int = 100,
            beam: int = 4, lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
            threads: int = 1) -> Dict:
     """Write ``out_dir/checkpoint.pt`` (+ dictionaries) and, with ``ct2``, ``out_dir/ct2``
-    (float32) and ``out_dir/ct2_<quantization>``; verify on ``sentences`` sentences of
+    (float32) and ``out_dir/ct2_<quantization>``, with ``hf`` ``out_dir/hf`` (a Hugging Face
+    model, tokenizer and generation configuration: :mod:`.hf`); verify on ``sentences`` sentences of
     ``subset`` (0: skip): a translation model by the check of :mod:`.verify` (teacher-forced
     scores of both engines' beam-search hypotheses, with ``beam``, ``lenpen``,
     ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
@@ -97,10 +99,18 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2)
     ct2_names = (["ct2"] + ([f"ct2_{quantization}"] if quantization else [])) if ct2 else []
     refuse_overwrite({"the input CHECKPOINT": checkpoint},
-                     planned_files(out_dir, [], ct2_names, False), out_dir)
+                     planned_files(out_dir, [], ct2_names, hf), out_dir)
     loaded = load_shared(checkpoint, data)
     refuse_overwrite(_inputs(checkpoint, loaded),
-                     planned_files(out_dir, _dict_names(loaded), ct2_names, False), out_dir)
+                     planned_files(out_dir, _dict_names(loaded), ct2_names, hf), out_dir)
+    if hf:
+        from fairseq_shared.export import hf as hf_lib
+
+        if lm_lib.is_language_model(loaded.model):
+            raise ExportError("--hf: translation models only (a language model has no "
+                              "stock encoder-decoder class to go to)")
+        hf_lib.target_class(loaded.cfg.model, loaded.task.source_dictionary,
+                            loaded.task.target_dictionary)  # refused before any writing
     path = write_plain(loaded, out_dir)
     report: Dict = {"checkpoint": os.path.abspath(checkpoint), "plain_checkpoint": path,
                     "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
@@ -114,6 +124,23 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
             report[f"ct2_{q or 'float32'}"] = {
                 "dir": target, **ct2_lib.size_report(target, loaded.model),
                 "max_input_length": ct2_lib.source_limit(plain_model)}
+    hf_dir = None
+    if hf:
+        hf_dir = os.path.join(out_dir, "hf")
+        if os.path.isdir(hf_dir):
+            import shutil
+
+            shutil.rmtree(hf_dir)
+        generation = dict(beam=beam, lenpen=lenpen, max_len_b=max_len_b)
+        target, notes = hf_lib.write(loaded, hf_dir, generation)
+        report["hf"] = {"dir": hf_dir, "class": target, "tokenizer": notes,
+                        **hf_lib.disk_report(hf_dir, loaded.model),
+                        "generation_config": {**generation, "min_len": 1},
+                        "not_in_generation_config": [
+                            "fairseq_shared.export.hf_generation.FairseqLengthLimit (pass it "
+                            "as generate(logits_processor=[...]))"]
+                        + ([f"--max-len-a {max_len_a} (HF has no source-relative limit)"]
+                           if max_len_a else [])}
     if sentences:
         task = loaded.task
         task.load_dataset(subset)
@@ -126,14 +153,15 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
         settings = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
         report["verify"] = {"subset": subset, "settings": settings,
                             **verify_translation(loaded.model, plain_model, task, dataset, ids,
-                                                 settings, ct2_dirs, threads)}
+                                                 settings, ct2_dirs, threads, hf_dir)}
     return _finish(report, out_dir)
 
 
 def verify_translation(shared_model, plain_model, task, dataset, ids, settings: Dict,
-                       ct2_dirs: Dict[str, str], threads: int = 1) -> Dict:
+                       ct2_dirs: Dict[str, str], threads: int = 1,
+                       hf_dir: Optional[str] = None) -> Dict:
     """The check of :mod:`.verify` for every target: the plain checkpoint against the shared
-    model, each CTranslate2 model against the plain one."""
+    model, each CTranslate2 model and the Hugging Face one against the plain one."""
     lenpen = settings["lenpen"]
 
     def describe(sid: int) -> str:
@@ -157,6 +185,18 @@ def verify_translation(shared_model, plain_model, task, dataset, ids, settings: 
 
         report[f"ct2_{name}_vs_fairseq"] = check(
             plain, hyps, score_plain, score_ct2, TOLERANCES[f"ct2_{name}"], lenpen, describe)
+    if hf_dir:
+        from fairseq_shared.export.hf_generation import HFEngine
+
+        engine = HFEngine(hf_dir, task.target_dictionary.pad(), task.target_dictionary.eos())
+        hyps = per_sentence_hypotheses(engine.translate, plain_model, dataset, ids, **settings)
+
+        def score_hf(pairs):
+            return engine.score([dataset[int(sid)]["source"] for sid, _ in pairs],
+                                [target for _, target in pairs])
+
+        report["hf_vs_fairseq"] = check(plain, hyps, score_plain, score_hf, TOLERANCES["hf"],
+                                        lenpen, describe)
     return report
 
 
@@ -183,6 +223,12 @@ def summary(report: Dict) -> str:
                 f"({value['unique_fp32_weight_bytes']:,}) + position table "
                 f"({value['position_table_bytes']:,})"
             )
+    if "hf" in report:
+        h = report["hf"]
+        lines.append(f"hf: {h['dir']}  {h['class']}, model.safetensors {h['safetensors_bytes']:,} "
+                     f"bytes = {h['ratio_to_unique']}x the unique fp32 weights "
+                     f"({h['unique_fp32_weight_bytes']:,}: {h['why']}); tokenizer: "
+                     + "; ".join(h["tokenizer"]))
     for key, value in report.get("verify", {}).items():
         if isinstance(value, dict) and "search" in value:
             lines.append(translation_line(key, value))
