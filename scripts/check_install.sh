@@ -11,6 +11,7 @@ DATA=${2:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE_VENV=${BASE_VENV:-$ROOT/.venv}
 BASE_PY=$BASE_VENV/bin/python
+unset PYTHONPATH  # the fresh environment sees only what is installed in it
 SCRIPTS="export convert-sharing learn-sharing learn-policy convert-policy count-params time-generate average audit"
 
 PYTHON=$("$BASE_PY" -c 'import sys; print(sys._base_executable)')
