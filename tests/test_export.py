@@ -231,7 +231,7 @@ def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_fac
     assert f"would replace '{inner}', which holds the input CHECKPOINT" in capsys.readouterr().err
     dict_before = (data / "dict.src.txt").read_bytes()
     assert main([str(checkpoint), "--out", str(data), "--sentences", "0"]) == 2
-    assert "would overwrite the dictionary of --data" in capsys.readouterr().err
+    assert "would overwrite the dictionary dict.src.txt of --data" in capsys.readouterr().err
     assert own.read_bytes() == before and (data / "dict.src.txt").read_bytes() == dict_before
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "ct2"]
 

@@ -70,7 +70,7 @@ def _inputs(checkpoint: str, loaded) -> Dict[str, str]:
     inputs = {"the input CHECKPOINT": checkpoint}
     for data_dir in str(getattr(loaded.cfg.task, "data", "") or "").split(os.pathsep):
         for name in _dict_names(loaded):
-            inputs[f"the dictionary of --data {data_dir}"] = os.path.join(data_dir, name)
+            inputs[f"the dictionary {name} of --data {data_dir}"] = os.path.join(data_dir, name)
     inputs["the corpus's sentencepiece model"] = _sentencepiece_model(loaded.cfg)
     return inputs
 
@@ -226,7 +226,8 @@ def summary(report: Dict) -> str:
     if "hf" in report:
         h = report["hf"]
         lines.append(f"hf: {h['dir']}  {h['class']}, model.safetensors {h['safetensors_bytes']:,} "
-                     f"bytes = {h['ratio_to_unique']}x the unique fp32 weights "
+                     f"bytes = position tables ({h['position_table_bytes']:,}) + "
+                     f"{h['ratio_to_unique']}x the unique fp32 weights "
                      f"({h['unique_fp32_weight_bytes']:,}: {h['why']}); tokenizer: "
                      + "; ".join(h["tokenizer"]))
     for key, value in report.get("verify", {}).items():
