@@ -9,7 +9,10 @@ import re
 import warnings
 from typing import Tuple
 
-MIN_TORCH = (2, 4)  # pyproject.toml: torch>=2.4 (add_safe_globals, weights-only loading)
+# pyproject.toml: torch>=2.6. Measured (results/compat.md): torch 2.4.1 passes the core subset
+# but for safe loading: it has no get_unsafe_globals_in_checkpoint (2.5+), and before 2.6
+# torch.load does not default to weights_only, so fairseq would unpickle a malicious file.
+MIN_TORCH = (2, 6)
 NEWEST_MEASURED = (2, 15)
 
 
