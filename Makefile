@@ -5,7 +5,7 @@ STAMP := $(VENV)/.fairseq_shared_installed
 
 .PHONY: demo test venv sysdeps bench tables
 venv: $(STAMP)
-$(STAMP): scripts/setup_env.sh requirements.txt setup.py
+$(STAMP): scripts/setup_env.sh requirements.txt pyproject.toml
 	bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 

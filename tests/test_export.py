@@ -42,11 +42,77 @@ def test_trained_cycle_rev_exports_with_identical_hypotheses(exported):
     _, out, report = exported
     assert report["ok"]
     verify = report["verify"]
-    for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
-        assert verify[key]["sentences"] == 12
-        assert verify[key]["identical"] == 12, verify[key]
-    assert verify["ct2_int8_vs_fairseq"]["required"] is False
+    for key, tolerance in (("fairseq_plain_vs_shared", 1e-6), ("ct2_float32_vs_fairseq", 1e-4)):
+        assert verify[key]["sentences"] == 12 == verify[key]["model_agrees"]
+        assert verify[key]["search"]["identical"] == 12, verify[key]
+        assert verify[key]["tolerance"] == tolerance and verify[key]["max_abs_diff"] <= tolerance
+    int8 = verify["ct2_int8_vs_fairseq"]
+    assert int8["required"] is False and int8["tolerance"] is None
+    assert 1e-4 < int8["max_abs_diff"] < 1.0  # quantized: reported, not required
     assert json.loads((out / "export.json").read_text())["ok"]
+
+
+@pytest.fixture(scope="module")
+def weak_model(tmp_path_factory):
+    """A near-untrained cycle_rev (25 updates): beam searches of two engines differ on a few
+    of its 40 training sentences while the models' scores agree."""
+    from helpers_data import TINY_ARCH, TINY_TRAIN
+
+    data = data_bin(tmp_path_factory)
+    save_dir = tmp_path_factory.mktemp("weak")
+    run_tool("fairseq-train", data, *TINY_ARCH, *TINY_TRAIN, "--max-update", "25", "--seed", "1",
+             "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state")
+    return save_dir / "checkpoint_last.pt", data
+
+
+def test_weak_model_passes_and_reports_its_search_differences(weak_model, tmp_path):
+    checkpoint, data = weak_model
+    report = export(str(checkpoint), str(tmp_path), ct2=True, data=str(data), subset="train",
+                    sentences=40)
+    assert report["ok"]
+    check = report["verify"]["ct2_float32_vs_fairseq"]
+    assert check["model_agrees"] == 40 and check["max_abs_diff"] < 1e-4
+    search = check["search"]
+    assert search["different"] >= 1, search  # a real search difference, reported
+    assert search["identical"] + search["different"] == 40
+    assert search["different"] == (search["candidate_higher"] + search["reference_higher"]
+                                   + search["tied"])
+    examples = search["examples"]
+    assert all(e["reference"] != e["candidate"] for e in examples)
+    if search["different"] <= len(examples):  # every difference listed: the counts are theirs
+        scores = [e["reference_model_scores"] for e in examples]
+        assert search["reference_higher"] == sum(a > b + 1e-4 for a, b in scores)
+        assert search["candidate_higher"] == sum(b > a + 1e-4 for a, b in scores)
+
+
+def test_a_corrupted_export_fails_and_names_the_sentence(weak_model, tmp_path):
+    """One weight of the CTranslate2 model changed: the check fails, naming sentences."""
+    from fairseq_shared.export import ct2 as ct2_lib
+    from fairseq_shared.export.api import verify_translation
+    from fairseq_shared.export.plain import load_shared, plain_checkpoint, write_plain
+    from fairseq_shared.export.verify import summary_line
+
+    checkpoint, data = weak_model
+    loaded = load_shared(str(checkpoint), str(data))
+    write_plain(loaded, str(tmp_path))
+    state = plain_checkpoint(loaded, str(tmp_path))
+    weight = state["model"]["decoder.layers.1.fc2.weight"].clone()
+    weight[3, 5] += 0.5
+    state["model"]["decoder.layers.1.fc2.weight"] = weight
+    corrupt = ct2_lib.convert(state, str(tmp_path), str(tmp_path / "ct2"))
+    task = loaded.task
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    settings = dict(beam=4, lenpen=1.0, max_len_a=0.0, max_len_b=200)
+    result = verify_translation(loaded.model, loaded.model, task, dataset, list(range(12)),
+                                settings, {"float32": corrupt})["ct2_float32_vs_fairseq"]
+    assert not result["ok"] and result["different"] == 12 - result["model_agrees"] > 0
+    first = result["model_differs"][0]
+    assert first["max_abs_diff"] > 1e-3
+    assert first["source"] == task.source_dictionary.string(dataset[first["id"]]["source"])
+    line = summary_line("ct2_float32_vs_fairseq", result)
+    assert f"model DIFFERS on {result['different']}/12 sentences" in line
+    assert f"first: sentence {first['id']} \"{first['source']}\"" in line
 
 
 def test_plain_checkpoint_is_fairseqs_transformer_in_plain_types(exported):
@@ -107,8 +173,8 @@ def test_untrained_models_of_other_maps_and_scopes_export_exactly(flags, tmp_pat
     report = export(str(path), str(tmp_path / "out"), ct2=True, data=str(data),
                     sentences=6, max_len_b=9)
     for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
-        assert report["verify"][key]["different"] == 0, report["verify"][key]
-        assert report["verify"][key]["identical"] + report["verify"][key]["ties"] == 6
+        assert report["verify"][key]["ok"], report["verify"][key]
+        assert report["verify"][key]["model_agrees"] == 6
 
 
 def test_san_model_is_refused_saying_why(tmp_path, tmp_path_factory):
@@ -128,9 +194,46 @@ def test_cli_reports_and_refuses_bad_flags(exported, tmp_path, tmp_path_factory,
     checkpoint, _, _ = exported
     assert main([str(checkpoint), "--out", str(tmp_path), "--sentences", "3",
                  "--data", str(data_bin(tmp_path_factory))]) == 0
-    assert "fairseq_plain_vs_shared: 3/3 identical" in capsys.readouterr().out
+    assert "fairseq_plain_vs_shared: model agrees on 3/3 sentences" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
+    for flag, value, allowed in (("--sentences", "-1", "an integer >= 0"),
+                                 ("--beam", "0", "an integer >= 1"),
+                                 ("--max-len-b", "-5", "an integer >= 1"),
+                                 ("--max-len-a", "nan", "a finite number >= 0")):
+        assert main([str(checkpoint), "--out", str(tmp_path / "x"), flag, value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"export: error: {flag} {value}: must be {allowed}" + (
+            " (0: no verification)" if flag == "--sentences" else "")
+    assert not (tmp_path / "x").exists()
+
+
+def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_factory, capsys):
+    """issue 20: ``--out`` the checkpoint's own directory replaced the training checkpoint."""
+    import shutil
+
+    from fairseq_shared.cli.export import main
+
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    run = tmp_path / "run"
+    run.mkdir()
+    own = run / "checkpoint.pt"
+    shutil.copy(checkpoint, own)
+    before = own.read_bytes()
+    assert main([str(own), "--out", str(run), "--sentences", "0", "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert f"the export would overwrite the input CHECKPOINT '{own}'" in err
+    inner = run / "ct2"
+    inner.mkdir()
+    shutil.copy(checkpoint, inner / "best.pt")
+    assert main([str(inner / "best.pt"), "--out", str(run), "--ct2", "--sentences", "0"]) == 2
+    assert f"would replace '{inner}', which holds the input CHECKPOINT" in capsys.readouterr().err
+    dict_before = (data / "dict.src.txt").read_bytes()
+    assert main([str(checkpoint), "--out", str(data), "--sentences", "0"]) == 2
+    assert "would overwrite the dictionary dict.src.txt of --data" in capsys.readouterr().err
+    assert own.read_bytes() == before and (data / "dict.src.txt").read_bytes() == dict_before
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "ct2"]
 
 
 def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_factory):

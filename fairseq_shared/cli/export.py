@@ -1,7 +1,7 @@
 """Export a fairseq-shared checkpoint for deployment (see README, "Export and deployment"):
 a translation model as fairseq's ``transformer``, a language model as its ``transformer_lm``.
 
-    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2]
+    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2] [--hf]
         [--quantization int8|int8_float32|float16] [--data DATA_BIN] [--sentences 100]
 """
 
@@ -19,6 +19,10 @@ def main(argv=None) -> int:
     p.add_argument("--ct2", action="store_true", help="also write a CTranslate2 model (float32)")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="with --ct2: also a quantized CTranslate2 model in DIR/ct2_<type>")
+    p.add_argument("--hf", action="store_true",
+                   help="also write DIR/hf: a Hugging Face transformers model (M2M100 for pre-LN, "
+                   "FSMT for post-LN), tokenizer and generation_config.json (needs the extra "
+                   "fairseq_shared[export])")
     p.add_argument("--data", help="binarized data dir (dictionaries, verification sentences); "
                    "default: the checkpoint's own")
     p.add_argument("--subset", default="test", help="split whose sentences verify the export")
@@ -37,7 +41,7 @@ def main(argv=None) -> int:
 
     try:
         report = export(
-            args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization,
+            args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization, hf=args.hf,
             data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
             lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
         )

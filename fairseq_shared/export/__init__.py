@@ -1,11 +1,15 @@
-"""Deploy a parameter-shared model: a plain fairseq ``transformer`` checkpoint and a
-CTranslate2 model, both verified against the shared model on real sentences.
+"""Deploy a parameter-shared model: a plain fairseq ``transformer`` checkpoint, a
+CTranslate2 model and a Hugging Face transformers model, each verified on real sentences.
 
 * :mod:`.plain` -- the shared checkpoint as fairseq's own ``transformer`` (tied weights
   expanded, sharing markers dropped, configuration in plain types only).
 * :mod:`.ct2` -- CTranslate2 conversion through CTranslate2's own fairseq converter, its
   decoding, and the size of ``model.bin`` against the unique weights.
-* :mod:`.verify` -- hypotheses of two decoders on the same sentences, compared.
+* :mod:`.hf`, :mod:`.hf_tokenizer`, :mod:`.hf_generation` -- ``--hf``: the stock class,
+  the tokenizer, fairseq's beam settings (transformers is imported only there).
+* :mod:`.verify` -- the check: both engines' hypotheses scored by both (models agree within
+  a stated tolerance), search differences reported.
+* :mod:`.outputs` -- what the export writes; the refusal to write over its inputs.
 * :mod:`.api` -- :func:`export`, what ``python -m fairseq_shared.cli.export`` runs.
 """
 

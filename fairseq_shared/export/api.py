@@ -8,7 +8,12 @@ from typing import Dict, Optional
 from fairseq_shared.export import ct2 as ct2_lib
 from fairseq_shared.export import lm as lm_lib
 from fairseq_shared.export.plain import ExportError, load_shared, plain_checkpoint, write_plain
-from fairseq_shared.export.verify import compare, ct2_hypotheses, fairseq_hypotheses
+from fairseq_shared.export.outputs import planned_files, refuse_overwrite
+from fairseq_shared.export.verify import (
+    TOLERANCES, check, ct2_hypotheses, fairseq_hypotheses, fairseq_scorer,
+    per_sentence_hypotheses,
+)
+from fairseq_shared.export.verify import summary_line as translation_line
 
 logger = logging.getLogger(__name__)
 
@@ -31,18 +36,24 @@ def load_plain(path: str, data: str):
     return model, task
 
 
-def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optional[str] = None,
-           data: Optional[str] = None, subset: str = "test", sentences: int = 100,
-           beam: int = 4, lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
-           threads: int = 1) -> Dict:
-    """Write ``out_dir/checkpoint.pt`` (+ dictionaries) and, with ``ct2``, ``out_dir/ct2``
-    (float32) and ``out_dir/ct2_<quantization>``; verify on ``sentences`` sentences of
-    ``subset`` (0: skip): a translation model's hypotheses (beam search with ``beam``,
-    ``lenpen``, ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
-    (:func:`fairseq_shared.export.lm.verify`). Returns the report (also
-    ``out_dir/export.json``)."""
-    from fairseq_shared.timing import select_ids
+def validate(sentences: int, beam: int, lenpen: float, max_len_a: float, max_len_b: int,
+             quantization: Optional[str], ct2: bool) -> None:
+    """One-line :class:`ExportError` for a flag out of its range, before any work."""
+    import math
 
+    checks = [
+        ("--sentences", sentences, isinstance(sentences, int) and sentences >= 0,
+         "an integer >= 0 (0: no verification)"),
+        ("--beam", beam, isinstance(beam, int) and beam >= 1, "an integer >= 1"),
+        ("--lenpen", lenpen, math.isfinite(lenpen), "a finite number"),
+        ("--max-len-a", max_len_a, math.isfinite(max_len_a) and max_len_a >= 0,
+         "a finite number >= 0"),
+        ("--max-len-b", max_len_b, isinstance(max_len_b, int) and max_len_b >= 1,
+         "an integer >= 1"),
+    ]
+    for flag, value, ok, allowed in checks:
+        if not ok:
+            raise ExportError(f"{flag} {value}: must be {allowed}")
     if quantization and not ct2:
         raise ExportError("--quantization needs --ct2")
     if quantization is not None and quantization not in ct2_lib.QUANTIZATIONS:
@@ -50,7 +61,56 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
             f"--quantization: unknown value '{quantization}'; allowed: "
             f"{', '.join(ct2_lib.QUANTIZATIONS)}"
         )
+
+
+def _inputs(checkpoint: str, loaded) -> Dict[str, str]:
+    """What the export reads: the checkpoint, the dictionaries, the sentencepiece model."""
+    from fairseq_shared.export.plain import _sentencepiece_model
+
+    inputs = {"the input CHECKPOINT": checkpoint}
+    for data_dir in str(getattr(loaded.cfg.task, "data", "") or "").split(os.pathsep):
+        for name in _dict_names(loaded):
+            inputs[f"the dictionary {name} of --data {data_dir}"] = os.path.join(data_dir, name)
+    inputs["the corpus's sentencepiece model"] = _sentencepiece_model(loaded.cfg)
+    return inputs
+
+
+def _dict_names(loaded):
+    if lm_lib.is_language_model(loaded.model):
+        return ["dict.txt"]
+    return [f"dict.{loaded.task.cfg.source_lang}.txt", f"dict.{loaded.task.cfg.target_lang}.txt"]
+
+
+def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optional[str] = None,
+           hf: bool = False, data: Optional[str] = None, subset: str = "test", sentences: int = 100,
+           beam: int = 4, lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
+           threads: int = 1) -> Dict:
+    """Write ``out_dir/checkpoint.pt`` (+ dictionaries) and, with ``ct2``, ``out_dir/ct2``
+    (float32) and ``out_dir/ct2_<quantization>``, with ``hf`` ``out_dir/hf`` (a Hugging Face
+    model, tokenizer and generation configuration: :mod:`.hf`); verify on ``sentences`` sentences of
+    ``subset`` (0: skip): a translation model by the check of :mod:`.verify` (teacher-forced
+    scores of both engines' beam-search hypotheses, with ``beam``, ``lenpen``,
+    ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
+    (:func:`fairseq_shared.export.lm.verify`). Refuses, before writing anything, an
+    ``out_dir`` that would overwrite one of its inputs. Returns the report (also
+    ``out_dir/export.json``)."""
+    from fairseq_shared.timing import select_ids
+
+    validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2)
+    ct2_names = (["ct2"] + ([f"ct2_{quantization}"] if quantization else [])) if ct2 else []
+    refuse_overwrite({"the input CHECKPOINT": checkpoint},
+                     planned_files(out_dir, [], ct2_names, hf), out_dir)
     loaded = load_shared(checkpoint, data)
+    refuse_overwrite(_inputs(checkpoint, loaded),
+                     planned_files(out_dir, _dict_names(loaded), ct2_names, hf), out_dir)
+    if hf:
+        from fairseq_shared.export import hf as hf_lib
+
+        if lm_lib.is_language_model(loaded.model):
+            raise ExportError("--hf: translation models only (a language model has no "
+                              "stock encoder-decoder class to go to)")
+        hf_lib.target_class(loaded.cfg.model, loaded.task.source_dictionary,
+                            loaded.task.target_dictionary)  # refused before any writing
     path = write_plain(loaded, out_dir)
     report: Dict = {"checkpoint": os.path.abspath(checkpoint), "plain_checkpoint": path,
                     "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
@@ -62,7 +122,25 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
             target = os.path.join(out_dir, "ct2" if q is None else f"ct2_{q}")
             ct2_dirs[q or "float32"] = ct2_lib.convert(checkpoint_dict, out_dir, target, q)
             report[f"ct2_{q or 'float32'}"] = {
-                "dir": target, **ct2_lib.size_report(target, loaded.model)}
+                "dir": target, **ct2_lib.size_report(target, loaded.model),
+                "max_input_length": ct2_lib.source_limit(plain_model)}
+    hf_dir = None
+    if hf:
+        hf_dir = os.path.join(out_dir, "hf")
+        if os.path.isdir(hf_dir):
+            import shutil
+
+            shutil.rmtree(hf_dir)
+        generation = dict(beam=beam, lenpen=lenpen, max_len_b=max_len_b)
+        target, notes = hf_lib.write(loaded, hf_dir, generation)
+        report["hf"] = {"dir": hf_dir, "class": target, "tokenizer": notes,
+                        **hf_lib.disk_report(hf_dir, loaded.model),
+                        "generation_config": {**generation, "min_len": 1},
+                        "not_in_generation_config": [
+                            "fairseq_shared.export.hf_generation.FairseqLengthLimit (pass it "
+                            "as generate(logits_processor=[...]))"]
+                        + ([f"--max-len-a {max_len_a} (HF has no source-relative limit)"]
+                           if max_len_a else [])}
     if sentences:
         task = loaded.task
         task.load_dataset(subset)
@@ -73,20 +151,53 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
                 loaded.model, plain_model, task, dataset, ids, ct2_dirs, threads)}
             return _finish(report, out_dir)
         settings = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
-        shared = fairseq_hypotheses(loaded.model, task, dataset, ids, **settings)
-        plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
         report["verify"] = {"subset": subset, "settings": settings,
-                            "fairseq_plain_vs_shared": compare(
-                                shared, plain, loaded.model, dataset, lenpen)}
-        for name, model_dir in ct2_dirs.items():
-            decoder = ct2_lib.CT2Decoder(model_dir, task.source_dictionary,
-                                         task.target_dictionary, threads=threads)
-            hyps = ct2_hypotheses(decoder, plain_model, dataset, ids, **settings)
-            result = compare(plain, hyps, plain_model, dataset, lenpen)
-            if name != "float32":
-                result["required"] = False  # quantized weights may change hypotheses
-            report["verify"][f"ct2_{name}_vs_fairseq"] = result
+                            **verify_translation(loaded.model, plain_model, task, dataset, ids,
+                                                 settings, ct2_dirs, threads, hf_dir)}
     return _finish(report, out_dir)
+
+
+def verify_translation(shared_model, plain_model, task, dataset, ids, settings: Dict,
+                       ct2_dirs: Dict[str, str], threads: int = 1,
+                       hf_dir: Optional[str] = None) -> Dict:
+    """The check of :mod:`.verify` for every target: the plain checkpoint against the shared
+    model, each CTranslate2 model and the Hugging Face one against the plain one."""
+    lenpen = settings["lenpen"]
+
+    def describe(sid: int) -> str:
+        return task.source_dictionary.string(dataset[int(sid)]["source"])
+
+    shared = fairseq_hypotheses(shared_model, task, dataset, ids, **settings)
+    plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
+    score_plain = fairseq_scorer(plain_model, dataset)
+    report = {"fairseq_plain_vs_shared": check(
+        shared, plain, fairseq_scorer(shared_model, dataset), score_plain,
+        TOLERANCES["fairseq_plain"], lenpen, describe)}
+    for name, model_dir in ct2_dirs.items():
+        decoder = ct2_lib.CT2Decoder(model_dir, task.source_dictionary, task.target_dictionary,
+                                     threads=threads,
+                                     max_source_positions=ct2_lib.source_limit(plain_model))
+        hyps = ct2_hypotheses(decoder, plain_model, dataset, ids, **settings)
+
+        def score_ct2(pairs, decoder=decoder):
+            return decoder.score([dataset[int(sid)]["source"] for sid, _ in pairs],
+                                 [target for _, target in pairs])
+
+        report[f"ct2_{name}_vs_fairseq"] = check(
+            plain, hyps, score_plain, score_ct2, TOLERANCES[f"ct2_{name}"], lenpen, describe)
+    if hf_dir:
+        from fairseq_shared.export.hf_generation import HFEngine
+
+        engine = HFEngine(hf_dir, task.target_dictionary.pad(), task.target_dictionary.eos())
+        hyps = per_sentence_hypotheses(engine.translate, plain_model, dataset, ids, **settings)
+
+        def score_hf(pairs):
+            return engine.score([dataset[int(sid)]["source"] for sid, _ in pairs],
+                                [target for _, target in pairs])
+
+        report["hf_vs_fairseq"] = check(plain, hyps, score_plain, score_hf, TOLERANCES["hf"],
+                                        lenpen, describe)
+    return report
 
 
 def _finish(report: Dict, out_dir: str) -> Dict:
@@ -112,14 +223,17 @@ def summary(report: Dict) -> str:
                 f"({value['unique_fp32_weight_bytes']:,}) + position table "
                 f"({value['position_table_bytes']:,})"
             )
+    if "hf" in report:
+        h = report["hf"]
+        lines.append(f"hf: {h['dir']}  {h['class']}, model.safetensors {h['safetensors_bytes']:,} "
+                     f"bytes = position tables ({h['position_table_bytes']:,}) + "
+                     f"{h['ratio_to_unique']}x the unique fp32 weights "
+                     f"({h['unique_fp32_weight_bytes']:,}: {h['why']}); tokenizer: "
+                     + "; ".join(h["tokenizer"]))
     for key, value in report.get("verify", {}).items():
-        if isinstance(value, dict) and "max_abs_diff" in value:
+        if isinstance(value, dict) and "search" in value:
+            lines.append(translation_line(key, value))
+        elif isinstance(value, dict) and "max_abs_diff" in value:
             lines.append(lm_lib.summary_line(key, value))
-        elif isinstance(value, dict) and "identical" in value:
-            lines.append(
-                f"verify {key}: {value['identical']}/{value['sentences']} identical, "
-                f"{value['ties']} exact score ties, {value['different']} different"
-                + ("" if value.get("required", True) else " (not required: quantized)")
-            )
     lines.append("export OK" if report["ok"] else "export FAILED verification")
     return "\n".join(lines)

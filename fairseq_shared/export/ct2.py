@@ -66,10 +66,15 @@ def size_report(model_dir: str, shared_model) -> Dict:
 
 
 class CT2Decoder:
-    """A CTranslate2 translator on CPU fed with fairseq token ids."""
+    """A CTranslate2 translator on CPU fed with fairseq token ids.
+
+    CTranslate2 truncates sources over ``max_input_length`` pieces (default 1024) without a
+    word, where fairseq refuses sources over ``--max-source-positions`` tokens (EOS
+    included): this decoder passes ``max_input_length=0`` (no truncation) and refuses what
+    fairseq refuses, naming the sentence's length and the limit."""
 
     def __init__(self, model_dir: str, src_dict, tgt_dict, threads: int = 1,
-                 compute_type: str = "default"):
+                 compute_type: str = "default", max_source_positions: Optional[int] = None):
         import ctranslate2
 
         self.translator = ctranslate2.Translator(
@@ -78,11 +83,34 @@ class CT2Decoder:
         )
         self.src_dict, self.tgt_dict = src_dict, tgt_dict
         self.model_dir = model_dir
+        self.max_source_positions = max_source_positions
 
     def source_tokens(self, ids: torch.Tensor) -> List[str]:
         """A fairseq source (padding and final EOS dropped: CTranslate2 adds the EOS)."""
         d = self.src_dict
-        return [d[int(t)] for t in ids if int(t) not in (d.pad(), d.eos())]
+        tokens = [d[int(t)] for t in ids if int(t) not in (d.pad(), d.eos())]
+        limit = self.max_source_positions
+        if limit is not None and len(tokens) + 1 > limit:
+            raise ValueError(
+                f"a source of {len(tokens) + 1} tokens (EOS included) is over the model's "
+                f"--max-source-positions {limit}: fairseq refuses it, CTranslate2 would "
+                "truncate it")
+        return tokens
+
+    def target_tokens(self, ids: Sequence[int]) -> List[str]:
+        """Target ids with the final EOS as CTranslate2 scores them (it adds the EOS)."""
+        d = self.tgt_dict
+        if not ids or int(ids[-1]) != d.eos():
+            raise ValueError("a target to score must end with EOS")
+        return [d[int(t)] for t in ids[:-1]]
+
+    def score(self, sources: Sequence[torch.Tensor], targets: Sequence[Sequence[int]]
+              ) -> List[torch.Tensor]:
+        """Teacher-forced per-token log-probs of ``targets`` (EOS included), as fairseq's."""
+        results = self.translator.score_batch(
+            [self.source_tokens(s) for s in sources], [self.target_tokens(t) for t in targets],
+            max_input_length=0)
+        return [torch.tensor(r.log_probs) for r in results]
 
     def translate(self, sources: Sequence[torch.Tensor], beam: int, lenpen: float,
                   max_len: int, min_len: int = 1) -> List[Tuple[List[int], float]]:
@@ -92,7 +120,7 @@ class CT2Decoder:
         results = self.translator.translate_batch(
             [self.source_tokens(s) for s in sources],
             beam_size=beam, length_penalty=lenpen, max_decoding_length=max_len,
-            min_decoding_length=min_len, return_scores=True,
+            min_decoding_length=min_len, return_scores=True, max_input_length=0,
             suppress_sequences=[["<blank>"]],  # fairseq sets the <pad> log-prob to -inf
         )
         out = []
@@ -100,3 +128,10 @@ class CT2Decoder:
             ids = [self.tgt_dict.index(t) for t in r.hypotheses[0]] + [self.tgt_dict.eos()]
             out.append((ids, float(r.scores[0])))
         return out
+
+
+def source_limit(model) -> int:
+    """fairseq's longest source (EOS included): ``--max-source-positions`` (a language
+    model: its ``--tokens-per-sample`` positions)."""
+    stack = getattr(model, "encoder", None) or model.decoder
+    return int(stack.max_positions())

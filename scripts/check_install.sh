@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The README's second install route, checked: "add it to your fairseq".
+# A fresh virtual environment that already holds torch and fairseq (those of BASE_VENV, seen
+# through a .pth file, as a researcher's GPU environment would hold them), then
+#   pip install -e .[export]
+# must give every console script, and fairseq-train must take the plug-in with --user-dir.
+# Usage: scripts/check_install.sh WORK_DIR [DATA_BIN]   (BASE_VENV defaults to .venv)
+set -euo pipefail
+WORK=${1:?usage: scripts/check_install.sh WORK_DIR [DATA_BIN]}
+DATA=${2:-}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BASE_VENV=${BASE_VENV:-$ROOT/.venv}
+BASE_PY=$BASE_VENV/bin/python
+unset PYTHONPATH  # the fresh environment sees only what is installed in it
+SCRIPTS="export convert-sharing learn-sharing learn-policy convert-policy count-params time-generate average audit"
+
+PYTHON=$("$BASE_PY" -c 'import sys; print(sys._base_executable)')
+SITE=$("$BASE_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+rm -rf "$WORK/venv"
+mkdir -p "$WORK"
+cd "$WORK"  # not the source tree: `python -c` imports from the working directory
+"$PYTHON" -m venv --without-pip "$WORK/venv"
+NEW_SITE=$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$SITE" > "$NEW_SITE/base_environment.pth"  # torch, fairseq and the rest, already there
+"$WORK/venv/bin/python" -c "import torch, fairseq; print('[check_install] fresh venv sees torch', torch.__version__, 'fairseq', fairseq.__version__)"
+! "$WORK/venv/bin/python" -c "import fairseq_shared" 2>/dev/null || { echo "fairseq_shared importable before the install"; exit 1; }
+
+# pip of the base environment, installing into the fresh one; --no-index: every dependency
+# must already be there (a download would mean a dependency the route does not need)
+"$BASE_PY" -m pip --disable-pip-version-check --python "$WORK/venv/bin/python" install -q \
+    --no-index --no-build-isolation -e "$ROOT[export]"
+for s in $SCRIPTS; do
+  exe="$WORK/venv/bin/fairseq-shared-$s"
+  [ -x "$exe" ] || { echo "missing console script fairseq-shared-$s"; exit 1; }
+  "$exe" --help > /dev/null || { echo "fairseq-shared-$s --help failed"; exit 1; }
+done
+echo "[check_install] console scripts: $(cd "$WORK/venv/bin" && ls fairseq-shared-* | tr '\n' ' ')"
+USER_DIR=$("$WORK/venv/bin/python" -c 'import fairseq_shared, os; print(os.path.dirname(fairseq_shared.__file__))')
+[ "$USER_DIR" = "$ROOT/fairseq_shared" ] || { echo "editable install points at $USER_DIR"; exit 1; }
+if [ -n "$DATA" ]; then
+  OMP_NUM_THREADS=1 "$WORK/venv/bin/python" -m fairseq_cli.train "$DATA" --user-dir "$USER_DIR" \
+      --arch transformer_cycle_rev --encoder-layers 2 --decoder-layers 2 \
+      --encoder-unique-layers 1 --decoder-unique-layers 1 --encoder-embed-dim 16 \
+      --decoder-embed-dim 16 --encoder-ffn-embed-dim 16 --decoder-ffn-embed-dim 16 \
+      --encoder-attention-heads 2 --decoder-attention-heads 2 --share-all-embeddings \
+      --optimizer adam --lr 0.001 --max-tokens 500 --max-update 2 --cpu --no-save \
+      --no-progress-bar --log-interval 1 --num-workers 0 > "$WORK/train.log" 2>&1 \
+    || { tail -20 "$WORK/train.log"; exit 1; }
+  grep -q "encoder: 2 layers over 1 parameter sets" "$WORK/train.log" \
+    && grep -q "num_updates=2" "$WORK/train.log" || { tail -20 "$WORK/train.log"; exit 1; }
+  echo "[check_install] fairseq-train --user-dir $USER_DIR: 2 updates of a shared model"
+fi
+echo "[check_install] ok"
