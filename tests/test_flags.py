@@ -85,6 +85,20 @@ def test_bad_set_values_are_refused_naming_the_value(item, needle):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("item,needle", [
+    ("max_update=-5", "allowed: an integer >= 1"),
+    ("dropout=1", "allowed: a probability in [0, 1)"),
+    ("no_such_key=1", "expected KEY=VALUE with KEY one of"),
+])
+def test_lm_budgets_refuse_bad_set_values_by_the_same_rules(item, needle):
+    from fairseq_shared.experiments.lm_runs import load_lm_budget
+
+    with pytest.raises(SystemExit) as e:
+        load_lm_budget("tiny", [item])
+    assert needle in str(e.value) and str(e.value).startswith(f"--set {item}")
+    assert load_lm_budget("tiny", ["max_update=7"])["max_update"] == 7
+
+
 def test_good_set_values_are_read_as_their_types():
     b = load_budget("tiny", ["max_update=500", "dropout=0", "subset=none", "max_minutes=2.5",
                              "normalize_before=true", "equal_updates=false"])

@@ -53,17 +53,12 @@ LM_BUDGETS: Dict[str, Dict] = {
 
 
 def load_lm_budget(name: str, overrides=()) -> Dict:
-    from fairseq_shared.experiments.configs import _parse_value
+    from fairseq_shared.experiments.configs import with_overrides
 
     if name not in LM_BUDGETS:
         raise SystemExit(f"--budget: unknown '{name}'; allowed: {', '.join(LM_BUDGETS)}")
     budget = dict(LM_BUDGETS[name], name=name, L=3)  # L: Run's depth unit (unused here)
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or key not in budget:
-            raise SystemExit(f"--set {item}: expected KEY=VALUE with KEY one of {sorted(budget)}")
-        budget[key] = _parse_value(value)
-    return budget
+    return with_overrides(budget, overrides, f"--budget {name}")
 
 
 class LMRun(Run):
