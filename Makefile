@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fairseq_shared_installed
 
-.PHONY: demo test venv sysdeps bench tables
+.PHONY: demo test test-fast venv sysdeps bench tables
 venv: $(STAMP)
 $(STAMP): scripts/setup_env.sh requirements.txt pyproject.toml
 	bash scripts/setup_env.sh $(VENV)
@@ -15,6 +15,10 @@ sysdeps:
 
 test: venv sysdeps
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile tests
+
+# the edit-test loop: every test that starts no fairseq-train, torchrun, corpus build or venv
+test-fast: venv
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile -m "not slow" tests
 
 demo: venv sysdeps
 	$(PY) -m fairseq_shared.cli.main_job

@@ -54,6 +54,12 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    ``--restore-file``) and it does not load, it restores the newest ``checkpoint*.pt`` of the
    save directory that does, and says so in the log. An explicit ``--restore-file`` is never
    replaced (its error names it).
+
+8. :func:`report_checkpoint_errors_in_one_line` -- fairseq's own commands (fairseq-generate,
+   fairseq-train, ...) are not this package's mains, so a ``CheckpointError`` of 6. or 7. left
+   them with a traceback above its message. An uncaught ``CheckpointError`` alone is printed as
+   one line, ``TOOL: error: MESSAGE``, exit status 1; ``FAIRSEQ_SHARED_DEBUG=1`` keeps the
+   traceback. Every other exception is Python's as before.
 """
 
 import argparse
@@ -490,6 +496,33 @@ def resume_past_torn_checkpoints() -> None:
     checkpoint_utils._fairseq_shared_resume_patch = True
 
 
+# ---------------------------------------------------------------------------------------
+# 8. fairseq's own commands report a bad checkpoint file in one line
+# ---------------------------------------------------------------------------------------
+
+
+def report_checkpoint_errors_in_one_line() -> None:
+    """Chain ``sys.excepthook`` as described in 8. Idempotent."""
+    import sys
+
+    previous = sys.excepthook
+    if getattr(previous, "_fairseq_shared_one_line", False):
+        return
+
+    def excepthook(kind, error, traceback):
+        from fairseq_shared.checkpoint_io import CheckpointError, debug_enabled
+
+        if issubclass(kind, CheckpointError) and not debug_enabled():
+            tool = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
+            print(f"{tool}: error: {' '.join(str(error).split())} "
+                  f"(FAIRSEQ_SHARED_DEBUG=1 shows the traceback)", file=sys.stderr)
+            return
+        previous(kind, error, traceback)
+
+    excepthook._fairseq_shared_one_line = True
+    sys.excepthook = excepthook
+
+
 allow_fairseq_checkpoint_globals()
 patch_cpu_distributed_training()
 allow_distributed_checkpoint_broadcast()
@@ -497,3 +530,4 @@ provide_numpy1_spellings()
 keep_last_partial_batch_in_generate()
 explain_bad_checkpoint_files()
 resume_past_torn_checkpoints()
+report_checkpoint_errors_in_one_line()

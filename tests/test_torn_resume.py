@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from helpers_data import TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, run_tool
+from helpers_data import ENV, TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, run_tool
 
 INTERVAL, TOTAL = 3, 6  # an interval checkpoint at update 3; the run ends at update 6
 TRAIN = [*TINY_ARCH, *TINY_TRAIN, "--max-tokens", "150", "--seed", "2",
@@ -85,3 +85,8 @@ def test_fairseq_generate_names_a_bad_checkpoint(uninterrupted, tmp_path):
     assert code != 0
     assert f"{bad}: the checkpoint file is truncated or corrupt" in out
     assert "weights_only=False" not in out
+    # one line from the plug-in's excepthook, not fairseq's traceback (compat 8.)
+    assert "Traceback" not in out and "fairseq-generate: error: " in out
+    code, out = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--path", bad,
+                         "--cpu", "--beam", "1", check=False, env={**ENV, "FAIRSEQ_SHARED_DEBUG": "1"})
+    assert code != 0 and "Traceback" in out
