@@ -6,7 +6,7 @@ decoding speed of SAN against vanilla (Xiao et al.'s own setting: fp16 on a GPU)
     python scripts/gpu_check.py --cpu --work /tmp/gc --out /tmp/gc/gpu_check.json    # tiny, CPU
 
 1. Training: vanilla, cycle_rev and SAN models on the synthetic toy corpus
-   (``fairseq_shared.toydata``) with ``fairseq-train --fp16`` on CUDA (``--cpu``:
+   (``fairseq_shared.data.toydata``) with ``fairseq-train --fp16`` on CUDA (``--cpu``:
    ``--memory-efficient-fp16 --cpu`` at tiny sizes, what this project's machines can run);
    first and last training loss of each.
 2. Exactness of the cycle_rev model in half precision on the device: tied layers stay one
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device; pass --cpu for the tiny CPU mode")
-    from fairseq_shared.toydata import build_toy_corpus
+    from fairseq_shared.data.toydata import build_toy_corpus
 
     s = SIZES[device]
     data = os.path.join(build_toy_corpus(os.path.join(args.work, "toy")), "bin")

@@ -141,6 +141,7 @@ def test_milestones_and_queue_order():
     assert budget_curve.QUEUE[:8] == [
         ("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla_2L", 1), ("vanilla_2L_dec1", 1),
         ("vanilla", 2), ("cycle_rev_2L", 2), ("vanilla_2L", 2), ("vanilla_2L_dec1", 2)]
-    assert {n for n, _ in budget_curve.QUEUE[8:]} == {"vanilla_dec2L", "san_dec2L", "attn_shared"}
+    assert [n for n, _ in budget_curve.QUEUE[8:]] == ["vanilla_dec2L", "san_dec2L", "attn_shared",
+                                                     "one_wide_ffn", "nodec_ffn"]
     with pytest.raises(SystemExit, match="--queue: unknown configuration 'universal'"):
         budget_curve.parse_queue("universal:1")

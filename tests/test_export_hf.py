@@ -23,7 +23,7 @@ PRE_LN = ["--encoder-normalize-before", "--decoder-normalize-before"]
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """The sentencepiece toy corpus and a pre-LN cycle_rev 4+4 over 2 sets, 30 updates."""
-    from fairseq_shared.toydata import build_toy_corpus
+    from fairseq_shared.data.toydata import build_toy_corpus
 
     corpus = Path(build_toy_corpus(str(tmp_path_factory.mktemp("toy"))))
     save_dir = tmp_path_factory.mktemp("pre_ln")

@@ -1,0 +1,104 @@
+"""Marks as ``slow`` every test that starts a fairseq process, torchrun, a corpus build or a
+fresh virtual environment, so that ``make test-fast`` (``-m "not slow"``) can leave them out;
+``make test`` runs everything.
+
+A test is slow when its function, or a fixture it uses, calls a *spawner*. The spawners are
+the calls below, and any function of ``tests/helpers_*.py`` whose body calls a spawner (to a
+fixed point). The rule reads the source, so a new test that trains a model is marked without
+anyone remembering to.
+"""
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SPAWNING_MODULES = {"subprocess"}  # subprocess.run, .Popen, ...
+BASE_SPAWNERS = {"run_tool", "fairseq_command", "fairseq_tool", "build_toy_corpus"}
+# library calls that start fairseq-train or a corpus build themselves, as module.function(...)
+# (``train`` only as a bare name: ``model.train()`` is not one)
+LIBRARY_SPAWNERS = {"work_queue", "prepare", "run_item", "build_corpus", "main_job"}
+
+
+def _called_names(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name):
+                yield f.id, None
+            elif isinstance(f, ast.Attribute):
+                owner = f.value.id if isinstance(f.value, ast.Name) else None
+                yield f.attr, owner
+
+
+def _spawns(tree, spawners) -> bool:
+    for name, owner in _called_names(tree):
+        if owner in SPAWNING_MODULES or (owner is None and name in spawners):
+            return True
+        if owner is not None and owner.startswith("helpers") and name in spawners:
+            return True
+        if owner is not None and owner not in ("self", "model") and name in LIBRARY_SPAWNERS:
+            return True
+    return False
+
+
+def _functions(path: Path):
+    return {n.name: n for n in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(n, ast.FunctionDef)}
+
+
+def _fixed_point(functions, spawners):
+    spawners = set(spawners)
+    changed = True
+    while changed:
+        changed = False
+        for name, node in functions.items():
+            if name not in spawners and _spawns(node, spawners):
+                spawners.add(name)
+                changed = True
+    return spawners
+
+
+HELPERS = {}
+for _path in Path(__file__).parent.glob("helpers_*.py"):
+    HELPERS.update(_functions(_path))
+HELPER_SPAWNERS = _fixed_point(HELPERS, BASE_SPAWNERS)
+_module_spawners = {}
+
+
+def spawners_of(module_path: str):
+    """The spawners a test module can call: the helpers' and its own functions'."""
+    if module_path not in _module_spawners:
+        _module_spawners[module_path] = _fixed_point(_functions(Path(module_path)),
+                                                     HELPER_SPAWNERS)
+    return _module_spawners[module_path]
+
+
+def _source_spawns(obj, spawners) -> bool:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return _spawns(tree, spawners)
+
+
+def _spawning(item) -> bool:
+    spawners = spawners_of(str(item.path))
+    if _source_spawns(getattr(item, "function", None), spawners):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        for d in defs:
+            module = inspect.getsourcefile(d.func) or ""
+            if _source_spawns(d.func, spawners_of(module) if module.endswith(".py")
+                              and "/tests/" in module else HELPER_SPAWNERS):
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "slow" not in item.keywords and _spawning(item):
+            item.add_marker(pytest.mark.slow)
