@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from fairseq_shared.experiments import budget_curve, budget_report, evidence, milestones
 from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
@@ -62,6 +63,15 @@ def test_each_milestone_is_written_then_the_averaged_final(uninterrupted, toy):
                                    for k in (10, 30)]
     # two attempts of fairseq-train (to 10, then to 30): the same as one 30-update run
     assert attempts(uninterrupted / "work" / "runs_s1" / "vanilla") == 2
+    # the averaged model is kept, weights only, equal to the averaged checkpoint it decoded
+    kept = json.loads((uninterrupted / "results" / "runs" / "vanilla_s1.json").read_text())
+    assert kept["model"] == "models/vanilla_s1.pt"
+    model = torch.load(uninterrupted / "results" / kept["model"], weights_only=False)
+    averaged = torch.load(uninterrupted / "work" / "runs_s1" / "vanilla" / "average_last3.pt",
+                          weights_only=False)
+    assert "last_optimizer_state" not in model and model["cfg"] == averaged["cfg"]
+    assert model["model"].keys() == averaged["model"].keys()
+    assert all(torch.equal(model["model"][k], averaged["model"][k]) for k in model["model"])
 
 
 def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):

@@ -42,6 +42,12 @@ def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
     return queue.parse_queue(text, QUEUE, NAMES)
 
 
+def model_path(results: str, name: str, seed: int) -> Path:
+    """The averaged final model, weights only: committed so that the frontier can time every
+    model in one run, whichever stretch trained it."""
+    return Path(results) / "models" / f"{queue.item_id(name, seed)}.pt"
+
+
 def milestone_path(results: str, name: str, seed: int, k: int) -> Path:
     return Path(results) / "milestones" / f"{queue.item_id(name, seed)}_u{k}.json"
 
@@ -102,9 +108,11 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
         n = int(budget["average_last"])
         averaged = os.path.join(run.dir, f"average_last{n}.pt")
         inputs = milestones.average_last(run.dir, n, upto, averaged)
+        kept = milestones.keep_weights(averaged, str(model_path(results, name, seed)))
         test = evidence.bleu_evaluation(data, budget, results, name, seed, progress,
                                         checkpoint=averaged, hyps="_avg")(run, result)
         return {"stopped_at": staged["stopped_at"], "average_of": [os.path.basename(p) for p in inputs],
+                "model": os.path.relpath(kept, results),
                 "milestones": [{k: m[k] for k in ("update", "valid_loss", "train_cpu_seconds")}
                                | {"bleu": m["test"]["bleu"], "chrf": m["test"]["chrf"]}
                                for m in staged["milestones"]], **test}
@@ -121,8 +129,11 @@ def milestone_files(results: str, record: Dict) -> List[Path]:
 
 
 def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
-    """The averaged model's hypotheses and, should one be left uncommitted, every milestone."""
+    """The averaged model (weights only) and its hypotheses and, should one be left
+    uncommitted, every milestone."""
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
+    if result.get("model"):
+        hyps.append(Path(ctx.results) / result["model"])
     for path in sorted((Path(ctx.results) / "milestones").glob(f"{item.id}_u*.json")):
         hyps += milestone_files(ctx.results, queue.read_json(path))
     return hyps, (f"budget: {item.id} finished (average of the last checkpoints: BLEU "

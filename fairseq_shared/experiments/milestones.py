@@ -132,3 +132,15 @@ def average_last(run_dir: str, n: int, upto: int, out: str) -> List[str]:
     torch_persistent_save(average_checkpoints(inputs), out + ".tmp")
     os.replace(out + ".tmp", out)
     return inputs
+
+
+def keep_weights(checkpoint: str, out: str) -> str:
+    """``checkpoint`` without its optimizer state (what fairseq's ``--no-save-optimizer-state``
+    leaves out): a decodable model a third of the size, for committing beside its record."""
+    from fairseq_shared import checkpoint_io
+
+    state = checkpoint_io.load_raw(checkpoint)
+    state.pop("last_optimizer_state", None)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    return checkpoint_io.save(state, out)
+
