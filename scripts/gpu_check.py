@@ -55,7 +55,7 @@ def model_flags(name: str, s: dict) -> list:
 
 
 def train(name: str, data: str, work: str, device: str, s: dict) -> dict:
-    from fairseq_shared.experiments.commands import USER_DIR, fairseq_tool
+    from fairseq_shared.fairseq_commands import USER_DIR, fairseq_tool
 
     save_dir = os.path.join(work, name)
     precision = ["--fp16"] if device == "cuda" else ["--memory-efficient-fp16", "--cpu",

@@ -55,3 +55,24 @@ def test_library_files_covers_the_package_but_not_the_harness():
     names = {str(p.relative_to(PACKAGE)) for p in library_files()}
     assert "sharing.py" in names and "fairseq_commands.py" in names
     assert not any(n.startswith(("experiments/", "cli/")) for n in names)
+
+
+def test_every_imported_module_of_the_package_exists():
+    """After a module moves, no caller (the package, the tests, the scripts) still imports it
+    by its old name: each ``fairseq_shared...`` module named in an import can be found."""
+    import importlib.util
+
+    root = PACKAGE.parent
+    missing = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(root / "tests").glob("*.py"),
+                        *(root / "scripts").glob("*.py")]):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     and node.module else [])
+            for name in names:
+                if name.split(".")[0] == "fairseq_shared" and \
+                        importlib.util.find_spec(name) is None:
+                    missing.append(f"{path.relative_to(root)}:{node.lineno} imports {name}")
+    assert not missing, "\n".join(missing)
