@@ -136,8 +136,11 @@ BUDGETS: Dict[str, Dict] = {
 # last `average_last` interval checkpoints (all that keep_interval_updates keeps) averaged and
 # decoded at the end; early stop after `patience` counted validations (one per
 # save_interval_updates) without a better valid loss (0: none).
+# Two threads, one run at a time: measured x1.44 (3+3) and x1.63 (6+6) over one thread
+# (results/bible_budget/thread_rate.json), so a run fits one stretch.
 BUDGETS["budget_curve"] = dict(BUDGETS["evidence"], max_update=8000, keep_interval_updates=5,
-                               milestones="1000,2000,4000,8000", patience=10, average_last=5)
+                               threads=2, milestones="1000,2000,4000,8000", patience=10,
+                               average_last=5)
 # for tests: the same stages in seconds
 BUDGETS["tiny_milestones"] = dict(BUDGETS["tiny"], max_update=30, save_interval_updates=10,
                                   keep_interval_updates=3, milestones="10,30", patience=0,
