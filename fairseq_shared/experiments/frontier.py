@@ -13,6 +13,7 @@ CTranslate2 float32) are compared with fairseq's, sentence by sentence.
 
 import os
 import statistics
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8")
@@ -240,7 +241,7 @@ def record_path(out: str, name: str) -> str:
 
 def write_record(out: str, record: Dict) -> List[str]:
     """``models/<name>.json`` (hypotheses moved to ``hyp/<name>.<engine>.b<bs>.txt``)."""
-    import json
+    from fairseq_shared.experiments.queue import write_result
 
     name = record["model"]
     paths = [record_path(out, name)]
@@ -256,10 +257,7 @@ def write_record(out: str, record: Dict) -> List[str]:
                 f.write("".join(h + "\n" for h in hyps))
             cell["hypotheses_file"] = rel
             paths.append(os.path.join(out, rel))
-    tmp = paths[0] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-    os.replace(tmp, paths[0])
+    write_result(Path(paths[0]), record)
     return paths
 
 
