@@ -1,0 +1,97 @@
+"""The README and docs/ cannot drift from the code: every link, module path and ``python -m``
+command they name exists, and the README's package map lists the whole package (read from
+the files; nothing is imported)."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "fairseq_shared"
+PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+MAP_MARK = "<!-- package map:"
+
+
+def text(page: Path) -> str:
+    return page.read_text(encoding="utf-8")
+
+
+def module_file(dotted: str):
+    """``fairseq_shared.a.b`` -> its file (module or package), or None."""
+    path = ROOT.joinpath(*dotted.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def package_map():
+    """The README's map: its first-column entries, read from the table after the marker."""
+    after = text(ROOT / "README.md").split(MAP_MARK, 1)[1]
+    rows = [l for l in after.splitlines()[1:] if l.startswith("|")][2:]  # header, rule
+    entries = []
+    for row in rows:
+        first = row.split("|")[1]
+        entries += re.findall(r"`([^`]+)`", first)
+    return entries
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text(page)):
+            if not target.startswith(("http://", "https://", "mailto:")) \
+                    and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_python_m_command_names_a_module_that_exists():
+    missing = sorted({f"{page.relative_to(ROOT)}: {m}" for page in PAGES
+                      for m in re.findall(r"python -m (fairseq_shared(?:\.[a-z_]\w*)+)", text(page))
+                      if module_file(m) is None})
+    assert not missing, "\n".join(missing)
+
+
+def test_every_module_path_named_exists():
+    """Backticked paths (``fairseq_shared/...``, or relative to the package or the checkout) and dotted ``fairseq_shared.x`` names (a trailing
+    attribute such as ``...hf_generation.FairseqLengthLimit`` is allowed)."""
+    missing = []
+    for page in PAGES:
+        body = text(page)
+        for path in re.findall(r"`(fairseq_shared/[\w/]+(?:\.py)?)`", body):
+            if not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        for path in re.findall(r"`((?:\w+/)+\w+\.py)`", body):  # models/config.py, scripts/x.py
+            if path.startswith("fairseq/"):  # fairseq's own files (or a fork's)
+                continue
+            if not ((ROOT / path).exists() or (PACKAGE / path).exists()):
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        for dotted in re.findall(r"`(fairseq_shared(?:\.\w+)+)", body):
+            parts = dotted.split(".")
+            if not any(module_file(".".join(parts[:n])) for n in range(len(parts), 1, -1)):
+                missing.append(f"{page.relative_to(ROOT)}: {dotted}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_package_map_lists_every_part_of_the_package_and_nothing_else():
+    listed = set(package_map())
+    parts = {p.name + ("/" if p.is_dir() else "") for p in PACKAGE.iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists())
+             or (p.suffix == ".py" and p.name != "__init__.py")}
+    assert listed - parts == set(), f"the map names what is not there: {sorted(listed - parts)}"
+    assert parts - listed == set(), f"the map leaves out: {sorted(parts - listed)}"
+
+
+def test_the_readme_is_a_front_page():
+    lines = text(ROOT / "README.md").splitlines()
+    assert len(lines) <= 180, f"README.md has {len(lines)} lines; move detail to docs/"
+    headings = [l for l in lines if l.startswith("## ")]
+    for needed in ("## Install", "## Quick start: translation", "## Quick start: language model",
+                   "## Architectures", "## Flags", "## What was measured", "## Where things live"):
+        assert needed in headings, needed
+
+
+def test_every_docs_page_is_reachable_from_the_readme():
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)", text(ROOT / "README.md")))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages - linked == set(), f"docs pages the README never links: {sorted(pages - linked)}"
