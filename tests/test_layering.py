@@ -88,7 +88,7 @@ def test_only_the_main_block_is_left_out(tmp_path):
     path = tmp_path / "m.py"
     path.write_text("import os\nif __name__ == '__main__':\n"
                     "    from fairseq_shared.cli.bible import main\n")
-    assert imports_of([path], COMMANDS) == [f"{path}:3 imports fairseq_shared.cli.bible"]
+    assert f"{path}:3 imports fairseq_shared.cli.bible" in imports_of([path], COMMANDS)
     assert imports_of([path], COMMANDS, main_blocks=False) == []
 
 

@@ -28,8 +28,8 @@ import os
 
 import torch
 
+from fairseq_shared.cli.arg_types import positive_int, unit_interval, unit_interval_list
 from fairseq_shared.cli.errors import command
-from fairseq_shared.cli.flags import positive_int, unit_interval, unit_interval_list
 from fairseq_shared.san.policy import format_policy
 from fairseq_shared.tools import learn_policy as library
 

@@ -18,8 +18,8 @@ import os
 
 import torch
 
+from fairseq_shared.cli.arg_types import positive_int, unit_interval
 from fairseq_shared.cli.errors import command
-from fairseq_shared.cli.flags import positive_int, unit_interval
 from fairseq_shared.tools import learn_sharing as library
 
 

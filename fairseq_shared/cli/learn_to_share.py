@@ -13,8 +13,8 @@ import logging
 import sys
 from typing import List
 
+from fairseq_shared.cli.arg_types import positive_int, unit_interval
 from fairseq_shared.cli.errors import command
-from fairseq_shared.cli.flags import positive_int, unit_interval
 from fairseq_shared.tools import learn_policy
 from fairseq_shared.tools import policy_rounds as library
 
