@@ -10,7 +10,11 @@ from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
 from fairseq_shared.cli.arg_types import unit_interval
 from fairseq_shared.experiments.configs import BUDGETS, check_budget, load_budget
 from fairseq_shared.san.policy import PolicyError, parse_policy
-from fairseq_shared.sharing.assignment import SharingConfigError, comma_separated_ints, parse_pattern
+from fairseq_shared.sharing.assignment import (
+    SharingConfigError,
+    comma_separated_ints,
+    parse_pattern,
+)
 from helpers_model import TINY, build_model
 
 

@@ -16,7 +16,8 @@ def main(argv=None):
     p.add_argument("--src", default="es")
     p.add_argument("--tgt", default="en")
     p.add_argument("--splits", nargs="+", default=["valid", "test"])
-    p.add_argument("-k", type=int, default=library.DEFAULT_K, help="candidates per side (default 10)")
+    p.add_argument("-k", type=int, default=library.DEFAULT_K,
+                   help="candidates per side (default 10)")
     p.add_argument("--out", default=None, help="report directory (default: parent of RAW_DIR)")
     p.add_argument("--max-contamination", type=float, default=None,
                    help="exit 1 if the test split's near-duplicate share (chrF >= 70) is above "

@@ -17,7 +17,8 @@ def main(argv=None):
                    help="OSIS book name(s) (default John)")
     p.add_argument("--valid-book", nargs="+", default=list(library.VALID_BOOKS),
                    help="OSIS book name(s) (default Acts)")
-    p.add_argument("--max-test-contamination", type=float, default=library.MAX_TEST_CONTAMINATION,
+    p.add_argument("--max-test-contamination", type=float,
+                   default=library.MAX_TEST_CONTAMINATION,
                    help="stop if more than this fraction of test pairs has a training "
                    "near-duplicate (sentence chrF >= 70, either side); default 0.01")
     p.add_argument("--books", nargs="+", default=None,

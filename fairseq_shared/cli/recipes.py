@@ -14,8 +14,8 @@ from fairseq_shared.data import recipes as library
 def main(argv=None):
     p = argparse.ArgumentParser(description=library.__doc__.split("\n\n")[0])
     p.add_argument("task", nargs="?", choices=sorted(library.TASKS))
-    p.add_argument("step", nargs="?", default="library.prepare",
-                   choices=["library.prepare", "train", "average", "evaluate", "all", "show"])
+    p.add_argument("step", nargs="?", default="prepare",
+                   choices=["prepare", "train", "average", "evaluate", "all", "show"])
     p.add_argument("--work", default=None, help="work folder (default work/TASK)")
     p.add_argument("--list", action="store_true")
     args = p.parse_args(argv)
@@ -30,7 +30,7 @@ def main(argv=None):
     if args.step == "show":
         print(" ".join(shlex.quote(c) for c in train_command(task, work)))
         return 0
-    if args.step in ("library.prepare", "all"):
+    if args.step in ("prepare", "all"):
         library.prepare(task, work)
     if args.step in ("train", "all"):
         train(task, work)

@@ -8,6 +8,11 @@ import sys
 from fairseq_shared.data import scoring as library
 
 
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="detokenized sacreBLEU and chrF")
     src = p.add_mutually_exclusive_group(required=True)
@@ -18,20 +23,20 @@ def main(argv=None):
     p.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU/chrF")
     p.add_argument("--post-process", default="none",
                    choices=["none", "sentencepiece", "subword_nmt"])
-    p.add_argument("--detok-lang", default=None, help="Moses-library.detokenize hypotheses first")
+    p.add_argument("--detok-lang", default=None, help="Moses-detokenize hypotheses first")
     p.add_argument("--hyp-out", default=None, help="write the final hypotheses here")
     p.add_argument("--json-out", default=None)
     args = p.parse_args(argv)
     if args.generate_output:
-        hyps = library.extract_hypotheses(library._read(args.generate_output), args.post_process)
+        hyps = library.extract_hypotheses(_read(args.generate_output), args.post_process)
     else:
-        hyps = [library.post_process(h, args.post_process) for h in library._read(args.hyp)]
+        hyps = [library.post_process(h, args.post_process) for h in _read(args.hyp)]
     if args.detok_lang:
         hyps = library.detokenize(hyps, args.detok_lang)
     if args.hyp_out:
         with open(args.hyp_out, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hyps)
-    result = library.score(hyps, [library._read(r) for r in args.ref], lowercase=args.lowercase)
+    result = library.score(hyps, [_read(r) for r in args.ref], lowercase=args.lowercase)
     print(result["bleu_verbose"])
     print(f"chrF2 = {result['chrf']:.2f}  {result['chrf_signature']}")
     if args.json_out:

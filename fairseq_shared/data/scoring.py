@@ -82,11 +82,6 @@ def score(hyps, refs, lowercase=False, digits=2):
     }
 
 
-def _read(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
 if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.scoring
     from fairseq_shared.cli.scoring import main
 
