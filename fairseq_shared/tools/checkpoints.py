@@ -60,16 +60,17 @@ def uses_san(model_cfg) -> bool:
     return san_config_from_args(model_cfg).active
 
 
-def refuse(model_cfg, path: str, takes: Takes) -> None:
-    """Raise ``takes.error`` for a model the tool does not take, naming what it takes."""
+def refuse(model_cfg, takes: Takes) -> None:
+    """Raise ``takes.error`` for a model the tool does not take, naming what it takes (the
+    message names the model, not the file: the export records it with a model's results)."""
     arch, model = model_of(model_cfg)
     if model not in takes.models:
         raise takes.error(
-            f"{path}: cannot {takes.verb} --arch {arch} (model {model}); allowed: checkpoints "
-            f"of the {' or '.join(takes.models)} model (and its architectures)"
+            f"cannot {takes.verb} --arch {arch} (model {model}); allowed: checkpoints of the "
+            f"{' or '.join(takes.models)} model (and its architectures)"
         )
     if takes.san is not None and uses_san(model_cfg):
-        raise takes.error(f"{path}: cannot {takes.verb} a SAN model "
+        raise takes.error(f"cannot {takes.verb} a SAN model "
                           f"({san_config_from_args(model_cfg).flags()}): {takes.san}")
 
 
@@ -79,7 +80,7 @@ def open_checkpoint(path: str, tool: str, takes: Takes, expect: Optional[str] = 
     None: any; ``data`` overrides the data directory)."""
     state = checkpoint_io.load(path, expect=expect, data=data, tool=tool)
     cfg = state["cfg"]
-    refuse(cfg.model, path, takes)
+    refuse(cfg.model, takes)
     task = checkpoint_io.setup_task(cfg.task, path, data)
     model = task.build_model(cfg.model)
     model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
