@@ -10,12 +10,14 @@
   of model is checked too (a language model given to a translation tool, or the reverse).
 * :func:`setup_task` builds the checkpoint's task, and says to pass ``--data`` when the
   dictionaries are no longer where the checkpoint's configuration says.
-* :func:`rebuilt_config` is the one rule for the configuration of a checkpoint a tool
-  rebuilds (conversion, policy change, export); :func:`save` writes atomically.
+* :func:`save` writes atomically.
 * :func:`refuse_overwrite` stops a tool, before any work, whose output would replace one of
   its inputs.
 * :func:`intact` and :func:`newest_intact` find, among a save directory's checkpoints, the
   newest one that is whole (a resume falls back to it when ``checkpoint_last.pt`` is torn).
+
+Opening a checkpoint's model for a tool, and the configuration of a checkpoint a tool
+rebuilt, are :mod:`fairseq_shared.tools.checkpoints`, on top of this module.
 """
 
 import glob
@@ -225,44 +227,7 @@ def setup_task(task_cfg, path: str, data: Optional[str] = None):
                      "with", e)
 
 
-def load_model(path: str, expect: Optional[str] = None, data: Optional[str] = None,
-               tool: str = "this tool"):
-    """``(model, cfg, task, state)`` of the checkpoint, through fairseq's
-    ``load_model_ensemble_and_task`` (the model in eval mode)."""
-    from fairseq import checkpoint_utils
-
-    state = load(path, expect, data, tool)
-    task = setup_task(state["cfg"].task, path, data)
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [path], arg_overrides={"data": data} if data else None, task=task, state=state)
-    return models[0].eval(), cfg, task, state
-
-
 # ---------------------------------------------------------------------------- writing
-def rebuilt_config(cfg, model) -> dict:
-    """The configuration of a checkpoint a tool rebuilt, as fairseq's trainer saves one:
-    every section of ``cfg`` but ``model`` as plain containers (interpolations resolved,
-    enums as strings), and ``model`` the rebuilt model's (an ``argparse.Namespace`` for a
-    fairseq-shared model, a dict for a plain one). Store it with ``state["args"] = None``
-    (:func:`with_config`): fairseq prefers legacy ``args`` to ``cfg``."""
-    from omegaconf import OmegaConf
-
-    plain = {
-        key: OmegaConf.to_container(cfg[key], resolve=True, enum_to_str=True)
-        if OmegaConf.is_config(cfg[key]) else cfg[key]
-        for key in cfg if key != "model"
-    }
-    plain["model"] = model
-    return plain
-
-
-def with_config(state: dict, cfg, model) -> dict:
-    """``state`` with :func:`rebuilt_config` as its configuration and no legacy ``args``."""
-    state["cfg"] = rebuilt_config(cfg, model)
-    state["args"] = None
-    return state
-
-
 def save(state: dict, path: str) -> str:
     """``torch.save(state, path)`` atomically: a temporary file in the same directory,
     flushed to disk, then renamed over ``path`` (a crash leaves the old file or the new

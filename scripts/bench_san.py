@@ -31,7 +31,7 @@ import torch
 
 
 import fairseq_shared  # noqa: F401
-from fairseq_shared.san.convert import convert_checkpoint
+from fairseq_shared.tools.convert_policy import convert_checkpoint
 from fairseq_shared.timing import benchmark
 
 

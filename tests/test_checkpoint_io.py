@@ -14,6 +14,7 @@ from fairseq_shared.checkpoint_io import CheckpointError
 from fairseq_shared.cli import average_checkpoints, convert_policy, convert_sharing
 from fairseq_shared.cli import learn_policy, learn_sharing, time_generate
 from fairseq_shared.cli.errors import split_debug
+from fairseq_shared.tools.checkpoints import open_checkpoint, with_config
 from helpers_checkpoint import build_for_data, save_checkpoint
 from helpers_data import data_bin
 from helpers_lm import TINY_LM, parse_lm_args
@@ -110,12 +111,14 @@ def test_the_kind_of_model_is_checked(files):
 
 
 def test_a_moved_data_directory_says_to_pass_data(files):
+    from fairseq_shared.tools.learn_sharing import TAKES
+
     with pytest.raises(CheckpointError) as error:
-        checkpoint_io.load_model(str(files["moved"]), expect="translation")
+        open_checkpoint(str(files["moved"]), "learn_sharing", TAKES)
     message = str(error.value)
     assert message.startswith(f"{files['moved']}: its data directory") and "pass --data" in message
-    model, cfg, task, _ = checkpoint_io.load_model(str(files["moved"]), data=str(files["data"]))
-    assert cfg.task.data == str(files["data"]) and len(model.encoder.layers) == 2
+    loaded = open_checkpoint(str(files["moved"]), "learn_sharing", TAKES, data=str(files["data"]))
+    assert loaded.cfg.task.data == str(files["data"]) and len(loaded.model.encoder.layers) == 2
 
 
 def test_debug_keeps_the_underlying_error(files, monkeypatch):
@@ -139,7 +142,7 @@ def test_rebuilt_config_is_plain_resolved_and_replaces_the_legacy_args():
                                                              "seed": "${common.seed}"},
                             "model": {"old": 1}})
     model = Namespace(arch="shared_transformer")
-    state = checkpoint_io.with_config({"args": Namespace(arch="transformer")}, cfg, model)
+    state = with_config({"args": Namespace(arch="transformer")}, cfg, model)
     assert state["args"] is None and state["cfg"]["model"] is model
     assert state["cfg"]["task"] == {"_name": "translation", "seed": 3}
     assert type(state["cfg"]["common"]) is dict

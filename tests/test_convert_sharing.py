@@ -5,8 +5,13 @@ import pytest
 import torch
 
 from fairseq_shared.cli.convert_sharing import main
-from fairseq_shared.conversion import lora_factors, relative_residual, set_means
-from fairseq_shared.convert_sharing import convert_checkpoint, convert_model
+from fairseq_shared.tools.convert_sharing import (
+    convert_checkpoint,
+    convert_model,
+    lora_factors,
+    relative_residual,
+    set_means,
+)
 from helpers_checkpoint import build_for_data, save_checkpoint
 from helpers_data import USER_DIR, data_bin, run_tool
 from helpers_model import TINY, random_batch

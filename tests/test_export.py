@@ -196,7 +196,7 @@ def test_cli_reports_and_refuses_bad_flags(exported, tmp_path, tmp_path_factory,
                  "--data", str(data_bin(tmp_path_factory))]) == 0
     assert "fairseq_plain_vs_shared: model agrees on 3/3 sentences" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path)]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "no such checkpoint file" in capsys.readouterr().err
     for flag, value, allowed in (("--sentences", "-1", "an integer >= 0"),
                                  ("--beam", "0", "an integer >= 1"),
                                  ("--max-len-b", "-5", "an integer >= 1"),

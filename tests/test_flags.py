@@ -7,10 +7,14 @@ import json
 import pytest
 
 from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
-from fairseq_shared.cli.flags import unit_interval
+from fairseq_shared.cli.arg_types import unit_interval
 from fairseq_shared.experiments.configs import BUDGETS, check_budget, load_budget
-from fairseq_shared.policy import PolicyError, parse_policy
-from fairseq_shared.sharing import SharingConfigError, comma_separated_ints, parse_pattern
+from fairseq_shared.san.policy import PolicyError, parse_policy
+from fairseq_shared.sharing.assignment import (
+    SharingConfigError,
+    comma_separated_ints,
+    parse_pattern,
+)
 from helpers_model import TINY, build_model
 
 
@@ -134,7 +138,7 @@ def test_a_lora_rank_above_the_width_is_refused_before_building(flags, needle):
 
 
 def test_a_lora_rank_equal_to_the_width_builds():
-    from fairseq_shared.modules.lora import delta_parameter_count
+    from fairseq_shared.sharing.lora import delta_parameter_count
 
     model, _ = build_model("shared_transformer", SHARED + ["--encoder-share-lora-rank", str(D)])
     # per tied position: 4 attention D x D weights and fc1/fc2, each delta (out + in) x rank

@@ -23,7 +23,7 @@ def san_checkpoint(toy, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frontier_run(toy, ckpts, san_checkpoint, tmp_path_factory):
-    from fairseq_shared.cli import frontier
+    from fairseq_shared.experiments.drivers import frontier
 
     out = tmp_path_factory.mktemp("frontier")
     common = ["--data", toy, "--out", str(out / "results"), "--work", str(out / "work"),
@@ -100,7 +100,7 @@ def test_san_is_recorded_as_not_exportable_with_the_reason(frontier_run):
 
 
 def test_table_plots_and_pick_come_from_the_records(frontier_run):
-    from fairseq_shared.cli import frontier
+    from fairseq_shared.experiments.drivers import frontier
     from fairseq_shared.experiments.frontier_report import load_records, options, pick
 
     out, argv = frontier_run
@@ -133,7 +133,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
 
 
 def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
-    from fairseq_shared.cli import frontier
+    from fairseq_shared.experiments.drivers import frontier
 
     for spec, msg in (("vanilla", "is not NAME=PATH"), (f"a={tmp_path}/x.pt", "no such file")):
         assert frontier.main(["--checkpoints", spec, "--data", str(tmp_path),

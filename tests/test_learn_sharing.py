@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from fairseq_shared import layer_similarity as ls
+from fairseq_shared.tools import layer_similarity as ls
 from fairseq_shared.cli.learn_sharing import main
-from fairseq_shared.learn_sharing import collect_outputs, layer_vectors
+from fairseq_shared.tools.learn_sharing import collect_outputs, layer_vectors
 from helpers_checkpoint import build_for_data, save_checkpoint
 from helpers_data import data_bin
 from helpers_model import random_batch

@@ -97,7 +97,9 @@ def test_corpus_refuses_a_split_that_is_not_the_held_out_books(tmp_path):
     ids.write_text(ids.read_text().replace("Acts 1:3", "Gen 1:3"))
     with pytest.raises(ValueError, match=r"valid.ids: books \['Gen'\] do not belong to the valid"):
         bible_lm.build(bible, tmp_path / "lm")
-    assert bible_lm.main(["--bible", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
+    from fairseq_shared.cli import bible_lm as command
+
+    assert command.main(["--bible", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
 
 
 def test_baselines_score_fairseqs_tokens(corpus, tmp_path):

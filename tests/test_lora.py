@@ -13,7 +13,7 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from fairseq_shared.sharing import SharingConfigError, SharingMismatchError
+from fairseq_shared.sharing.assignment import SharingConfigError, SharingMismatchError
 from helpers_model import (
     TINY,
     build_model,
@@ -181,7 +181,7 @@ def test_parameter_count_matches_closed_form(strategy, m, scope, relaxation):
     extra = (relaxed_extra(enc, scope, False, **relaxation)
              + relaxed_extra(dec, scope, True, **relaxation))
     assert counted == rigid + extra
-    from fairseq_shared.modules.lora import delta_parameter_count
+    from fairseq_shared.sharing.lora import delta_parameter_count
 
     tied = sum(1 for s in enc if enc.count(s) > 1) * relaxation["rank"]
     assert delta_parameter_count(model.encoder) == tied * (

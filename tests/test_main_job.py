@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from fairseq_shared.cli import main_job
+from fairseq_shared.experiments.drivers import main_job
 from fairseq_shared.data.toydata import SIZES, build_toy_corpus
 
 

@@ -8,7 +8,7 @@ import torch
 
 from fairseq_shared.models.shared_transformer import SharedTransformerModel
 from helpers_params import model_params
-from fairseq_shared.sharing import SharingConfigError
+from fairseq_shared.sharing.assignment import SharingConfigError
 from helpers_model import (
     TINY,
     beam_search,
@@ -250,7 +250,7 @@ def test_registry_holds_exactly_the_same_names_each_a_findable_function():
 
 
 # ---- loading across sharing configurations (issue 10, item 4) ---------------------------
-from fairseq_shared.sharing import SharingMismatchError  # noqa: E402
+from fairseq_shared.sharing.assignment import SharingMismatchError  # noqa: E402
 
 
 def _decoder_out(model, task):
@@ -447,7 +447,7 @@ def test_a_scope_or_lora_on_an_ffn_the_stack_does_not_have_is_refused(flags, nee
 
 
 def test_lora_on_a_no_ffn_stack_relaxes_its_attention_only():
-    from fairseq_shared.modules.lora import delta_parameter_count
+    from fairseq_shared.sharing.lora import delta_parameter_count
 
     model, task = tiny("universal", None, "all", extra=NO_FFN["decoder"] + [
         "--decoder-share-lora-rank", "2"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fairseq_shared.models import lm_architectures
-from fairseq_shared.models.wide_ffn import ffn_params, one_wide_ffn_width, wide_ffn_width
+from fairseq_shared.sharing.wide_ffn import ffn_params, one_wide_ffn_width, wide_ffn_width
 from helpers_data import TINY_TRAIN, USER_DIR, data_bin, run_tool
 from helpers_lm import build_lm, incremental_vs_full as lm_incremental_vs_full, parse_lm_args
 from helpers_lm import random_tokens
@@ -194,7 +194,7 @@ def test_lm_family_has_vanilla_lm_parameters_less_510_and_decodes_exactly():
 
 
 def test_lm_takes_the_no_ffn_switch_and_refuses_normformer_ffn_scaling():
-    from fairseq_shared.sharing import SharingConfigError
+    from fairseq_shared.sharing.assignment import SharingConfigError
 
     model, _ = build_lm("shared_transformer_lm", ["--decoder-layers", "2", "--decoder-no-ffn",
                                                   "--decoder-embed-dim", "16"],
@@ -294,7 +294,7 @@ def test_a_checkpoint_without_decoder_ffns_converts_to_another_map_keeping_none(
         tmp_path, tmp_path_factory):
     """convert_sharing keeps the input's --decoder-no-ffn; the converted model's decoder
     layers are the means of the input's (2 of 1 2 2 1 already equal: exact there)."""
-    from fairseq_shared.convert_sharing import convert_checkpoint
+    from fairseq_shared.tools.convert_sharing import convert_checkpoint
     from helpers_checkpoint import build_for_data, save_checkpoint
 
     data = data_bin(tmp_path_factory)

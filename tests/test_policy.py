@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fairseq_shared.policy import (
+from fairseq_shared.san.policy import (
     PolicyError,
     block_similarity,
     blocks_from_leaders,

@@ -10,7 +10,7 @@ import torch
 from fairseq import checkpoint_utils
 
 from fairseq_shared.export.api import export
-from fairseq_shared.sharing import layer_assignment, restrict
+from fairseq_shared.sharing.assignment import layer_assignment, restrict
 from helpers_data import USER_DIR, data_bin, run_tool, trained_checkpoints
 from helpers_model import TINY, make_dictionary, parse_args, random_batch
 

@@ -232,8 +232,10 @@ def test_nist_zh_en_prepare_and_missing_data(tmp_path, monkeypatch):
 
 
 def test_cli_list_and_show(capsys):
-    assert recipes.main(["--list"]) == 0
+    from fairseq_shared.cli import recipes as command
+
+    assert command.main(["--list"]) == 0
     out = capsys.readouterr().out
     assert "iwslt14_de_en" in out and "wmt17_lv_en" in out and "nist_zh_en" in out
-    assert recipes.main(["wmt16_en_de", "show", "--work", "w"]) == 0
+    assert command.main(["wmt16_en_de", "show", "--work", "w"]) == 0
     assert "--arch transformer_cycle_rev" in capsys.readouterr().out

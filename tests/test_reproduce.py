@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from fairseq_shared.cli import reproduce
+from fairseq_shared.experiments.drivers import reproduce
+from fairseq_shared.experiments.runs import Run, make_plan
+from fairseq_shared.experiments.tables import collect_rows, render_tables
 from fairseq_shared.data.toydata import SIZES, build_toy_corpus
 
 
@@ -56,23 +58,22 @@ def test_unregistered_architecture_is_skipped_with_reason(toy, tmp_path):
     configs = [dict(name="vanilla", tables=["xiao"], strategy="none", N="L", M="L"),
                dict(name="future", tables=["xiao"], label="Future", arch="transformer_future",
                     strategy="none", N="L", M="L")]
-    runs = reproduce.make_plan(configs, reproduce.load_budget("tiny"), toy, str(tmp_path))
+    runs = make_plan(configs, reproduce.load_budget("tiny"), toy, str(tmp_path))
     assert runs[0].skip_reason is None and runs[0].params > 0
     assert "not registered" in runs[1].skip_reason and runs[1].state() == "skipped"
-    table = reproduce.render_tables(reproduce.collect_rows(runs, None),
-                                    reproduce.load_budget("tiny"), None)
+    table = render_tables(collect_rows(runs, None), reproduce.load_budget("tiny"), None)
     assert "Future (skipped: architecture 'transformer_future' is not registered" in table
 
 
 def test_stale_command_detected(toy, tmp_path):
     budget = reproduce.load_budget("tiny")
     cfg = reproduce.select_configs(reproduce.CONFIGS, "vanilla", None)[0]
-    run = reproduce.Run(cfg, budget, toy, str(tmp_path))
+    run = Run(cfg, budget, toy, str(tmp_path))
     os.makedirs(run.dir)
     with open(os.path.join(run.dir, "plan.json"), "w") as f:
         json.dump({"key": run.key()}, f)
     assert run.state() == "started"
-    changed = reproduce.Run(cfg, reproduce.load_budget("tiny", ["lr=0.001"]), toy, str(tmp_path))
+    changed = Run(cfg, reproduce.load_budget("tiny", ["lr=0.001"]), toy, str(tmp_path))
     assert changed.state() == "stale"
     with pytest.raises(SystemExit):
         reproduce.load_budget("tiny", ["no_such_key=1"])
@@ -152,7 +153,7 @@ def test_interrupted_run_resumes_from_checkpoint_last(toy, tmp_path):
     run_dir = os.path.join(out, "runs", "vanilla")
     assert json.load(open(os.path.join(run_dir, "done.json")))["updates"] == 4
     full = reproduce.load_budget("tiny")  # same run, higher update limit
-    runs = reproduce.make_plan(configs, full, toy, out)
+    runs = make_plan(configs, full, toy, out)
     assert runs[0].state() == "partial"
     log = []
     reproduce.reproduce(toy, out, full, configs, skip_decode=True, progress=log.append)

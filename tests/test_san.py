@@ -7,10 +7,10 @@ import pytest
 import torch
 from fairseq.models.transformer import TransformerModel
 
-from fairseq_shared.san.convert import convert_model
+from fairseq_shared.tools.convert_policy import convert_model
 from fairseq_shared.san.attention import FollowerSelfAttention, is_follower
-from fairseq_shared.san.record import AttentionRecorder
-from fairseq_shared.policy import PolicyError
+from fairseq_shared.tools.learn_policy import AttentionRecorder
+from fairseq_shared.san.policy import PolicyError
 from helpers_model import (
     TINY,
     beam_search,
@@ -365,7 +365,7 @@ def test_collect_attention_records_every_layer():
 
 
 def test_learn_policy_accumulator_on_recorded_attention():
-    from fairseq_shared.san.learn import SimilarityAccumulator, learn
+    from fairseq_shared.tools.learn_policy import SimilarityAccumulator, learn
 
     model, task = tiny(san_flags("1,5", "2,2,2", "output"))
     src, lengths, prev = random_batch(task)
@@ -386,7 +386,7 @@ def test_learn_policy_accumulator_on_recorded_attention():
 
 
 def test_learn_policy_sweep_lists_every_threshold_and_similarity():
-    from fairseq_shared.san.learn import format_sweep, sweep
+    from fairseq_shared.tools.learn_policy import format_sweep, sweep
 
     # self: layers 2-3 identical per head, 1 far; head averages make 1-3 close too
     js = {

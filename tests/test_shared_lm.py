@@ -24,7 +24,7 @@ from fairseq_shared.models.lm_config import (
     config_with_stack_flags,
 )
 from fairseq_shared.models.shared_lm import SharedTransformerLanguageModel
-from fairseq_shared.sharing import SharingConfigError, layer_assignment, restrict
+from fairseq_shared.sharing.assignment import SharingConfigError, layer_assignment, restrict
 from helpers_data import USER_DIR, run_tool
 from helpers_lm import (
     TINY_LM,
@@ -185,6 +185,7 @@ def test_architecture_defaults_and_overrides():
 
 def test_count_params_builds_language_models():
     from fairseq_shared.cli import count_params
+    from fairseq_shared.sharing.tying import unique_parameter_count
 
     shared = count_params.build("transformer_lm_cycle_rev", 64, TINY_LM + [
         "--decoder-layers", "6", "--decoder-unique-layers", "3"])
@@ -195,7 +196,7 @@ def test_count_params_builds_language_models():
         "6 (decoder only)", "3 (decoder only)")
     # --share-decoder-input-output-embed: one 64 x 16 embedding, not two
     expected = lm_params(64, 16, 24, [0, 1, 2], "all") - 64 * 16
-    assert count_params.count(shared) == count_params.count(vanilla) == expected
+    assert unique_parameter_count(shared) == unique_parameter_count(vanilla) == expected
 
 
 LM_REGISTERED = {family + size for family in lm_architectures.FAMILIES

@@ -4,7 +4,7 @@ import pytest
 
 import math
 
-from fairseq_shared.sharing import (
+from fairseq_shared.sharing.assignment import (
     SharingConfigError,
     canonical,
     describe,

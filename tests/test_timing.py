@@ -25,7 +25,7 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ckpts(toy, tmp_path_factory):
-    from fairseq_shared.cli import reproduce
+    from fairseq_shared.experiments.drivers import reproduce
 
     out = str(tmp_path_factory.getbasetemp() / "work" / "main_job")
     configs = reproduce.select_configs(reproduce.CONFIGS, "vanilla,cycle_rev_2L", None)

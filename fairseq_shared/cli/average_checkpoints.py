@@ -28,9 +28,9 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from fairseq_shared.averaging import AverageError, average_checkpoints, last_n_checkpoints
 from fairseq_shared.checkpoint_io import refuse_overwrite, save
 from fairseq_shared.cli.errors import command
+from fairseq_shared.tools.averaging import AverageError, average_checkpoints, last_n_checkpoints
 
 
 def build_parser() -> argparse.ArgumentParser:

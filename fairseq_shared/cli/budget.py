@@ -1,59 +1,6 @@
-"""The budget curves on a prepared corpus: each core configuration trained in stages to 8,000
-updates (or its early stop), the test set decoded and committed at every milestone.
-
-    python -m fairseq_shared.cli.budget run --data work/bible [--queue vanilla:1,...] [--commit]
-    python -m fairseq_shared.cli.budget plan
-    python -m fairseq_shared.cli.budget render
-
-``run`` is a worker of the run queue (:mod:`fairseq_shared.experiments.queue`; one per core):
-the next item of :data:`fairseq_shared.experiments.budget_curve.QUEUE` that is neither finished
-nor held by another worker. With ``--commit`` each milestone's files are committed the moment
-they exist, and the final record when the run ends. ``render`` rebuilds ``RESULTS/tables.md``
-and ``RESULTS/budget_curves.png`` from the committed files.
-"""
-
-import sys
-
-from fairseq_shared.experiments import budget_curve, evidence, queue
-from fairseq_shared.experiments.queue_cli import Command, main as queue_main
-
-DEFAULT_RESULTS = "results/bible_budget"
-
-
-def render(args) -> str:
-    from fairseq_shared.experiments import budget_report
-
-    return "\n".join(budget_report.render(args.results).values())
-
-
-def plan(args, items):
-    from fairseq_shared.experiments.configs import load_budget
-    from fairseq_shared.experiments.queue_cli import print_plan
-
-    budget = load_budget(args.budget, args.set)
-    print(f"budget {budget['name']}: milestones {budget['milestones']}, at most "
-          f"{budget['max_update']} updates, early stop after {budget['patience']} validations "
-          f"(every {budget['save_interval_updates']} updates) without a better valid loss")
-    print_plan(COMMAND, args, items)
-    for item in items:
-        done = sorted(budget_curve.milestone_path(args.results, item.name, item.seed, 0)
-                      .parent.glob(f"{item.id}_u*.json"))
-        if done:
-            print(f"  {item.id}: milestones written: "
-                  f"{', '.join(p.stem.rsplit('_u', 1)[1] for p in done)}")
-
-
-COMMAND = Command(
-    budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget",
-    budget="budget_curve",
-    items=lambda args: [queue.Item(n, s) for n, s in budget_curve.parse_queue(args.queue)],
-    render=render, plan=plan,
-    prepare=lambda args: evidence.snapshot_corpus(args.data, args.results))
-
-
-def main(argv=None):
-    return queue_main(COMMAND, argv)
-
+"""``python -m fairseq_shared.cli.budget``, the command the docs quote: the harness driver
+:mod:`fairseq_shared.experiments.drivers.budget`."""
+from fairseq_shared.experiments.drivers.budget import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

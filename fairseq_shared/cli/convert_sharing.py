@@ -12,19 +12,19 @@ each position of a tied set starts with the best rank-R approximation of what it
 the input model). Prints, per stack and layer position, how far the layer's weights are from
 what replaces them, and the flags to fine-tune OUT.pt with.
 
-What it does: :mod:`fairseq_shared.convert_sharing` (printed below by ``--help``).
+What it does: :mod:`fairseq_shared.tools.convert_sharing` (printed below by ``--help``).
 """
 
 import argparse
 import json
 import logging
 
-from fairseq_shared import convert_sharing as library
 from fairseq_shared.checkpoint_io import refuse_overwrite
 from fairseq_shared.cli.errors import command
-from fairseq_shared.models.config import STACKS, add_sharing_args
-from fairseq_shared.policy import PolicyError
-from fairseq_shared.sharing import SharingConfigError
+from fairseq_shared.san.policy import PolicyError
+from fairseq_shared.sharing.assignment import SharingConfigError
+from fairseq_shared.sharing.flags import STACKS, add_sharing_args
+from fairseq_shared.tools import convert_sharing as library
 
 
 @command

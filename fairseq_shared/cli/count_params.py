@@ -15,37 +15,27 @@ reports that count and what the relaxation adds (low-rank deltas, untied norms a
 import argparse
 import logging
 
-import torch
-from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY, FairseqLanguageModel
-from fairseq.tasks.language_modeling import LanguageModelingTask
-from fairseq.tasks.translation import TranslationTask
 
-import fairseq_shared  # noqa: F401
 from fairseq_shared.cli.errors import command
-from fairseq_shared.models.config import describe_relaxation
-from fairseq_shared.modules.lora import delta_parameter_count
-from fairseq_shared.sharing import SharingConfigError
+from fairseq_shared.models import build as library
+from fairseq_shared.sharing.assignment import SharingConfigError
+from fairseq_shared.sharing.flags import describe_relaxation
+from fairseq_shared.sharing.lora import delta_parameter_count
+from fairseq_shared.sharing.tying import unique_parameter_count
 
 
 def build(arch: str, vocab: int, extra=()):
+    """``arch`` at its reference size over a joint dictionary of ``vocab`` symbols."""
     dictionary = Dictionary()
     for i in range(vocab - dictionary.nspecial):
         dictionary.add_symbol(f"w{i}")
     if issubclass(ARCH_MODEL_REGISTRY[arch], FairseqLanguageModel):
-        task_cls, flags = LanguageModelingTask, ["--task", "language_modeling",
-                                                 "--share-decoder-input-output-embed"]
+        flags = ["--task", "language_modeling", "--share-decoder-input-output-embed"]
     else:
-        task_cls, flags = TranslationTask, ["--share-all-embeddings"]
-    args = options.parse_args_and_arch(
-        options.get_training_parser(), ["/unused", "--arch", arch, "--cpu", *flags, *extra]
-    )
-    return task_cls(args, dictionary, dictionary).build_model(args)
-
-
-def count(model) -> int:
-    return sum(p.numel() for p in model.parameters())
+        flags = ["--share-all-embeddings"]
+    return library.build(["/unused", "--arch", arch, "--cpu", *flags, *extra], dictionary)
 
 
 def layers(model) -> str:
@@ -73,9 +63,10 @@ def relaxed_cells(arch: str, vocab: int, rigid, rank: int, untie_norms: bool,
         return " - | - |"
     relaxed = build(arch, vocab, flags)
     deltas = delta_parameter_count(relaxed)
-    untied = count(relaxed) - count(rigid) - deltas
-    return (f" {count(relaxed) / 1e6:.2f}M | +{(count(relaxed) - count(rigid)) / 1e6:.2f}M "
-            f"(deltas {deltas / 1e6:.2f}M, untied norms/biases {untied / 1e6:.2f}M) |")
+    total = unique_parameter_count(relaxed)
+    added = total - unique_parameter_count(rigid)
+    return (f" {total / 1e6:.2f}M | +{added / 1e6:.2f}M (deltas {deltas / 1e6:.2f}M, "
+            f"untied norms/biases {(added - deltas) / 1e6:.2f}M) |")
 
 
 @command
@@ -95,7 +86,6 @@ def main(argv=None):
         parser.error(f"--lora-rank: '{args.lora_rank}' is not a rank; allowed: an integer >= 0")
     relax = (args.lora_rank, args.untie_norms, args.untie_biases)
     logging.disable(logging.INFO)
-    torch.set_num_threads(1)
     archs = args.archs or ["transformer"] + [
         a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_shared")
     ]
@@ -105,7 +95,7 @@ def main(argv=None):
     print("|---|---|---|" + ("---|---|" if any(relax) else ""))
     for arch in archs:
         model = build(arch, args.vocab)
-        row = f"| `{arch}` | {layers(model)} | {count(model) / 1e6:.2f}M |"
+        row = f"| `{arch}` | {layers(model)} | {unique_parameter_count(model) / 1e6:.2f}M |"
         if any(relax):
             try:
                 row += relaxed_cells(arch, args.vocab, model, *relax)

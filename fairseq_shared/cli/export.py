@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-len-b", type=int, default=200, help=translation + "max_len_b")
     args = p.parse_args(argv)
 
+    from fairseq_shared.checkpoint_io import CheckpointError
     from fairseq_shared.export.api import export, summary
     from fairseq_shared.export.plain import ExportError
 
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
             data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
             lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
         )
-    except ExportError as e:
+    except (ExportError, CheckpointError) as e:
         print(f"export: error: {e}", file=sys.stderr)
         return 2
     print(summary(report))

@@ -9,7 +9,7 @@ pair of layers it computes the mean Jensen-Shannon divergence (log base 2) over 
 batch items and non-pad target positions, both per head (each head against the same
 head of the other layer: what SAN shares) and between head-averaged distributions.
 ``mu = 1 - JS``; blocks are formed greedily from layer 1, largest block with mean pairwise
-similarity > theta first (see :mod:`fairseq_shared.policy`). Which of the two similarities
+similarity > theta first (see :mod:`fairseq_shared.san.policy`). Which of the two similarities
 forms the policy is ``--similarity`` (default ``per_head``). ``--sweep 0.7,0.8,0.9`` also
 records the policy every listed threshold gives with either similarity (``DIR/sweep.md``).
 
@@ -28,10 +28,10 @@ import os
 
 import torch
 
-from fairseq_shared.cli.flags import positive_int, unit_interval, unit_interval_list
-from fairseq_shared.policy import format_policy
-from fairseq_shared.san.learn import learn_policy
+from fairseq_shared.cli.arg_types import positive_int, unit_interval, unit_interval_list
 from fairseq_shared.cli.errors import command
+from fairseq_shared.san.policy import format_policy
+from fairseq_shared.tools import learn_policy as library
 
 
 @command
@@ -40,10 +40,11 @@ def main(argv=None):
     p.add_argument("checkpoint")
     p.add_argument("--data", help="data-bin directory (default: the one stored in the checkpoint)")
     p.add_argument("--subset", default="valid")
-    p.add_argument("--theta", type=unit_interval, default=0.9)
-    p.add_argument("--similarity", choices=("per_head", "head_avg"), default="per_head")
-    p.add_argument("--max-sentences", type=positive_int, default=400)
-    p.add_argument("--max-tokens", type=positive_int, default=4000)
+    p.add_argument("--theta", type=unit_interval, default=library.THETA)
+    p.add_argument("--similarity", choices=library.SIMILARITIES,
+                   default=library.SIMILARITIES[0])
+    p.add_argument("--max-sentences", type=positive_int, default=library.MAX_SENTENCES)
+    p.add_argument("--max-tokens", type=positive_int, default=library.MAX_TOKENS)
     p.add_argument("--sweep", type=unit_interval_list, default=None, metavar="THETAS",
                    help="also record the policies these comma-separated thresholds would give, "
                    "for both similarity kinds (DIR/sweep.md, 'sweep' in policy.json)")
@@ -52,7 +53,7 @@ def main(argv=None):
     thetas = a.sweep or None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    policy = learn_policy(a.checkpoint, a.out_dir, a.data, a.subset, a.theta, a.similarity,
+    policy = library.learn_policy(a.checkpoint, a.out_dir, a.data, a.subset, a.theta, a.similarity,
                           a.max_sentences, a.max_tokens, thetas)
     print(" ".join(f"--san-{k}-policy {format_policy(v)}" for k, v in policy.items()))
 

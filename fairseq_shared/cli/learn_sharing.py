@@ -9,7 +9,7 @@ train with or to convert the checkpoint with (``python -m fairseq_shared.cli.con
 CHECKPOINT OUT.pt FLAGS``), and writes ``DIR/sharing.json``, ``DIR/sharing.txt`` and
 ``DIR/similarity.png``.
 
-What it does: :mod:`fairseq_shared.learn_sharing` (printed below by ``--help``).
+What it does: :mod:`fairseq_shared.tools.learn_sharing` (printed below by ``--help``).
 """
 
 import argparse
@@ -18,9 +18,9 @@ import os
 
 import torch
 
-from fairseq_shared import learn_sharing as library
-from fairseq_shared.cli.flags import positive_int, unit_interval
+from fairseq_shared.cli.arg_types import positive_int, unit_interval
 from fairseq_shared.cli.errors import command
+from fairseq_shared.tools import learn_sharing as library
 
 
 @command
@@ -34,12 +34,13 @@ def main(argv=None):
     choice.add_argument("--threshold", type=unit_interval, metavar="T",
                         help="a layer joins the group before it while its similarity to each "
                         "of the group's layers is >= T (clustered: while the best mean is >= T)")
-    p.add_argument("--measure", choices=library.MEASURES, default="cka")
-    p.add_argument("--grouping", choices=library.GROUPINGS, default="adjacent",
+    p.add_argument("--measure", choices=library.MEASURES, default=library.MEASURES[0])
+    p.add_argument("--grouping", choices=library.GROUPINGS, default=library.GROUPINGS[0],
                    help="which pattern the flags give: adjacent groups (default) or clustered")
     p.add_argument("--subset", default="valid")
-    p.add_argument("--max-sentences", type=positive_int, default=400)
-    p.add_argument("--max-tokens", type=positive_int, default=4000, help="batch size in tokens")
+    p.add_argument("--max-sentences", type=positive_int, default=library.MAX_SENTENCES)
+    p.add_argument("--max-tokens", type=positive_int, default=library.MAX_TOKENS,
+                   help="batch size in tokens")
     p.add_argument("--out-dir", default="learn_sharing")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO,

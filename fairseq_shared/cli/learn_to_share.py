@@ -4,7 +4,7 @@
         --round-updates 2000 --final-updates 20000 [--max-rounds 5] [--theta 0.9] \\
         [--similarity per_head] [--subset valid] -- <fairseq-train flags: --arch ... --lr ...>
 
-What it does: :mod:`fairseq_shared.san.learn_to_share` (printed below by ``--help``).
+What it does: :mod:`fairseq_shared.tools.policy_rounds` (printed below by ``--help``).
 """
 
 import argparse
@@ -13,10 +13,10 @@ import logging
 import sys
 from typing import List
 
-from fairseq_shared.cli.flags import positive_int, unit_interval
-from fairseq_shared.san import learn_to_share as library
-from fairseq_shared.san.learn_to_share import learn_to_share
+from fairseq_shared.cli.arg_types import positive_int, unit_interval
 from fairseq_shared.cli.errors import command
+from fairseq_shared.tools import learn_policy
+from fairseq_shared.tools import policy_rounds as library
 
 
 @command
@@ -32,14 +32,15 @@ def main(argv=None):
     p.add_argument("--work-dir", required=True)
     p.add_argument("--round-updates", type=positive_int, required=True)
     p.add_argument("--final-updates", type=positive_int, required=True)
-    p.add_argument("--max-rounds", type=positive_int, default=5)
-    p.add_argument("--theta", type=unit_interval, default=0.9)
-    p.add_argument("--similarity", choices=("per_head", "head_avg"), default="per_head")
+    p.add_argument("--max-rounds", type=positive_int, default=library.MAX_ROUNDS)
+    p.add_argument("--theta", type=unit_interval, default=learn_policy.THETA)
+    p.add_argument("--similarity", choices=learn_policy.SIMILARITIES,
+                   default=learn_policy.SIMILARITIES[0])
     p.add_argument("--subset", default="valid")
-    p.add_argument("--max-sentences", type=positive_int, default=400)
+    p.add_argument("--max-sentences", type=positive_int, default=learn_policy.MAX_SENTENCES)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
-    result = learn_to_share(a.data, a.work_dir, train_flags, a.round_updates, a.final_updates,
+    result = library.learn_to_share(a.data, a.work_dir, train_flags, a.round_updates, a.final_updates,
                             a.max_rounds, a.theta, a.similarity, a.subset, a.max_sentences)
     print(json.dumps({k: result[k] for k in ("converged", "final_policy", "final_checkpoint")}))
 

@@ -25,7 +25,6 @@ Stages (each restartable, see ``pipeline.Stages``):
 Then ``stats.json`` and ``README.md`` describe the splits.
 """
 
-import argparse
 import collections
 import json
 import sys
@@ -310,30 +309,7 @@ fairseq dictionary: {stats['dictionary_size']} entries.
 """
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--test-book", nargs="+", default=list(TEST_BOOKS),
-                   help="OSIS book name(s) (default John)")
-    p.add_argument("--valid-book", nargs="+", default=list(VALID_BOOKS),
-                   help="OSIS book name(s) (default Acts)")
-    p.add_argument("--max-test-contamination", type=float, default=MAX_TEST_CONTAMINATION,
-                   help="stop if more than this fraction of test pairs has a training "
-                   "near-duplicate (sentence chrF >= 70, either side); default 0.01")
-    p.add_argument("--books", nargs="+", default=None,
-                   help="use only these books (a small corpus for tests)")
-    p.add_argument("--sword-path", default=SWORD_PATH)
-    args = p.parse_args(argv)
-    try:
-        build(args.out, args.vocab_size, args.test_book, args.valid_book, args.books,
-              args.sword_path, max_test_contamination=args.max_test_contamination)
-    except (MissingModulesError, ContaminationError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.bible
+    from fairseq_shared.cli.bible import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -25,12 +25,10 @@ on newstest2014 and 1.0 elsewhere; detokenized sacreBLEU. Used for every task he
 IWSLT model size (transformer_*_iwslt_de_en) and NIST's separate vocabularies.
 """
 
-import argparse
 import html
 import json
 import os
 import re
-import shlex
 import sys
 import tarfile
 import urllib.request
@@ -322,36 +320,7 @@ def prepare(task, work):
     log(f"{task.name}: data ready in {work / 'bin'}")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("task", nargs="?", choices=sorted(TASKS))
-    p.add_argument("step", nargs="?", default="prepare",
-                   choices=["prepare", "train", "average", "evaluate", "all", "show"])
-    p.add_argument("--work", default=None, help="work folder (default work/TASK)")
-    p.add_argument("--list", action="store_true")
-    args = p.parse_args(argv)
-    if args.list or not args.task:
-        for name, t in TASKS.items():
-            print(f"{name:16s} {t.src}->{t.tgt}  data: ${t.env}  {t.notes}")
-        return 0
-    from fairseq_shared.data.recipe_runs import average, evaluate, train, train_command
+if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.recipes
+    from fairseq_shared.cli.recipes import main
 
-    task = TASKS[args.task]
-    work = Path(args.work or Path("work") / task.name)
-    if args.step == "show":
-        print(" ".join(shlex.quote(c) for c in train_command(task, work)))
-        return 0
-    if args.step in ("prepare", "all"):
-        prepare(task, work)
-    if args.step in ("train", "all"):
-        train(task, work)
-    if args.step in ("average", "all"):
-        average(task, work)
-    if args.step in ("evaluate", "all"):
-        print(json.dumps({k: {"bleu": v["bleu"], "chrf": v["chrf"]}
-                          for k, v in evaluate(task, work).items()}, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -83,5 +83,7 @@ def build_toy_corpus(out: str, seed: int = 1, vocab_size: int = 80) -> str:
     return out
 
 
-if __name__ == "__main__":
-    print(build_toy_corpus(sys.argv[1] if len(sys.argv) > 1 else "work/toy"))
+if __name__ == "__main__":  # the command line is fairseq_shared.cli.toydata
+    from fairseq_shared.cli.toydata import main
+
+    sys.exit(main())

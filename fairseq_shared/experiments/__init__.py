@@ -1,12 +1,13 @@
-"""Experiments: the papers' tables reproduced on a prepared corpus, and the recipes' training.
+"""Experiments: the papers' tables reproduced on a prepared corpus, and the run queue's suites.
 
 Modules, one job each: :mod:`.configs` (the configuration catalogue and the budgets),
-:mod:`.commands` (every fairseq command line: executables and ``--user-dir``),
 :mod:`.corpus` (a prepared corpus's layout), :mod:`.runs` (one configuration under one
-budget, the plan), :mod:`.training` (fairseq-train with progress and ETA, its logs),
-:mod:`.decode` (the cached interleaved decoding run), :mod:`.tables` (rows and the papers'
-Markdown tables), :mod:`.markdown` (table cells), :mod:`.plots`, :mod:`.reproduce` (the whole pipeline),
-:mod:`.recipe_runs` (train / average / evaluate a recipe). Decoding speed is measured by
-:mod:`fairseq_shared.timing`. The command lines are ``python -m fairseq_shared.cli.reproduce`` and
-``python -m fairseq_shared.data.recipes``.
+budget, its parameter count, the plan), :mod:`.training` (fairseq-train with progress and
+ETA, its logs), :mod:`.decode` (the cached interleaved decoding run), :mod:`.tables` (rows and
+the papers' Markdown tables), :mod:`.plots`, :mod:`.reproduce` (the whole pipeline); the run
+queue and its suites (:mod:`.queue`, :mod:`.queue_cli`, :mod:`.evidence`,
+:mod:`.budget_curve`, :mod:`.lm_evidence`, :mod:`.relaxed`, :mod:`.frontier` and their
+reports). Decoding speed is measured by :mod:`fairseq_shared.timing`. The argparse mains of
+the suites are :mod:`.drivers` (``python -m fairseq_shared.cli.reproduce``,
+``python -m fairseq_shared.cli.evidence`` ... run them).
 """

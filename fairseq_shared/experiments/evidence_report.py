@@ -1,8 +1,8 @@
 """Tables and learning curves of the evidence runs, rebuilt from the committed run files only.
 
-Reads ``RESULTS/runs/*.json`` (written by :mod:`fairseq_shared.evidence`), the hypotheses in
-``RESULTS/hyps/``, and the corpus audit copied to ``RESULTS/corpus/`` (references, lookup
-baseline); writes ``RESULTS/tables.md``, ``RESULTS/summary.csv`` and
+Reads ``RESULTS/runs/*.json`` (written by :mod:`fairseq_shared.experiments.evidence`), the
+hypotheses in ``RESULTS/hyps/``, and the corpus audit copied to ``RESULTS/corpus/``
+(references, lookup baseline); writes ``RESULTS/tables.md``, ``RESULTS/summary.csv`` and
 ``RESULTS/learning_curves.png``.
 """
 

@@ -1,7 +1,8 @@
 """The decoder-only language-model runs: configurations, the budget, one run's training
 command (a :class:`~fairseq_shared.experiments.runs.Run`, so that
-:func:`~fairseq_shared.experiments.training.train` trains and resumes it), its parameter
-count, and its test perplexity with ``fairseq-eval-lm``.
+:func:`~fairseq_shared.experiments.training.train` trains and resumes it, and
+:func:`~fairseq_shared.experiments.runs.count_params` counts its parameters), and its test
+perplexity with ``fairseq-eval-lm``.
 
 Vanilla rows are fairseq's own ``transformer_lm``; the shared rows are the registered
 ``transformer_lm_*`` families with the decoder's sharing given explicitly
@@ -13,8 +14,9 @@ import re
 import subprocess
 from typing import Dict, List, Optional
 
-from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.experiments.runs import Run, set_params_or_skip
+from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
+from fairseq_shared.sharing.assignment import M_STRATEGIES
 
 # N, M: decoder layers and parameter sets. Equal compute is N = 6 for every shared row, so
 # each is compared with vanilla at 6 layers (same compute) and at 3 (same parameters as the
@@ -76,7 +78,7 @@ class LMRun(Run):
         if self.arch != "transformer_lm":
             flags += ["--decoder-share-strategy", self.strategy,
                       "--decoder-share-scope", self.scope]
-            if self.strategy in ("sequence", "cycle", "cycle_rev"):
+            if self.strategy in M_STRATEGIES:
                 flags += ["--decoder-unique-layers", str(self.M)]
         return flags
 
@@ -119,24 +121,6 @@ class LMRun(Run):
         return cmd + (["--cpu"] if self.budget.get("device", "cpu") == "cpu" else [])
 
 
-def count_lm_params(run: LMRun) -> int:
-    """Build the model (no training) with the corpus's dictionary; unique parameters."""
-    import torch
-    from fairseq import options, tasks
-
-    import fairseq_shared  # noqa: F401
-
-    cmd = run.train_command()[len(fairseq_tool("train")):]
-    args = options.parse_args_and_arch(options.get_training_parser(), cmd)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = tasks.setup_task(args).build_model(args)
-        return sum(p.numel() for p in model.parameters())
-    finally:
-        torch.set_num_threads(threads)
-
-
 def plan_runs(names: List[str], budget: Dict, data: str, runs_dir: str) -> List[LMRun]:
     """LMRuns with their parameter counts; a row whose architecture is not registered yet
     (or whose flags its model refuses) gets a ``skip_reason`` instead."""
@@ -152,7 +136,7 @@ def plan_runs(names: List[str], budget: Dict, data: str, runs_dir: str) -> List[
                 raise SystemExit(f"unknown LM configuration '{name}'; known: "
                                  f"{', '.join(LM_CONFIGS)}")
             run = LMRun(LM_CONFIGS[name], budget, data, runs_dir, runs_dir=runs_dir)
-            set_params_or_skip(run, count_lm_params)
+            set_params_or_skip(run)
             runs.append(run)
     finally:
         logging.disable(logging.NOTSET)

@@ -122,9 +122,9 @@ def checkpoint_at(run_dir: str, updates: int) -> Optional[str]:
 
 def average_last(run_dir: str, n: int, upto: int, out: str) -> List[str]:
     """Average the ``n`` newest interval checkpoints at or before update ``upto`` into
-    ``out`` (:mod:`fairseq_shared.averaging`); returns their paths."""
+    ``out`` (:mod:`fairseq_shared.tools.averaging`); returns their paths."""
     from fairseq_shared import checkpoint_io
-    from fairseq_shared.averaging import average_checkpoints, last_n_checkpoints
+    from fairseq_shared.tools.averaging import average_checkpoints, last_n_checkpoints
 
     inputs = last_n_checkpoints(run_dir, n, update_based=True, upper_bound=upto)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

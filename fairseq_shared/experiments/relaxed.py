@@ -7,11 +7,11 @@ moment it finishes, committed by the worker:
 * **train**: a configuration of :data:`CONFIGS` trained from scratch like the evidence runs
   (cycle_rev N=2L/M=L with LoRA rank 8 and 32).
 * **convert**: the evidence run ``vanilla_2L`` (same seed) converted to cycle_rev M=L
-  (:mod:`fairseq_shared.convert_sharing`, with LoRA rank R initialised from the SVD of each
+  (:mod:`fairseq_shared.tools.convert_sharing`, with LoRA rank R initialised from the SVD of each
   position's residual); test BLEU right after conversion, after ``FINETUNE_UPDATES`` updates
   of fine-tuning (``--finetune-from-model``: fresh optimizer and warm-up), and of the same
   map trained from scratch for as many updates (its kept ``checkpoint_*_K.pt``).
-* **learned**: :mod:`fairseq_shared.learn_sharing` (linear CKA of the layers' updates on the
+* **learned**: :mod:`fairseq_shared.tools.learn_sharing` (linear CKA of the layers' updates on the
   valid set, adjacent groups, M=L sets per stack) on that ``vanilla_2L`` checkpoint, then the
   proposed map trained from scratch like cycle_rev_2L.
 
@@ -104,7 +104,7 @@ def run_train(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budge
 
 def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
                 progress) -> Dict:
-    from fairseq_shared import convert_sharing
+    from fairseq_shared.tools import convert_sharing
 
     budget = load_budget(budget_name, [f"seed={seed}"])
     _, _, tgt, _ = corpus_paths(data)
@@ -151,7 +151,7 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
 
 def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
                 budget_name: str, progress) -> Dict:
-    from fairseq_shared import learn_sharing
+    from fairseq_shared.tools import learn_sharing
 
     budget = load_budget(budget_name, [f"seed={seed}"])
     source = os.path.join(evidence_run_dir(dirs["evidence_work"], SOURCE, seed),

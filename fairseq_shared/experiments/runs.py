@@ -7,9 +7,10 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
-from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.experiments.configs import resolve_count
 from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
+from fairseq_shared.sharing.assignment import DEFAULT_SCOPE, DEFAULT_STRATEGY, M_STRATEGIES
 
 class Run:
     """One configuration under one budget: its training command and state on disk."""
@@ -23,8 +24,8 @@ class Run:
         self.N = resolve_count(config.get("N", "L"), L)
         self.dec_N = resolve_count(config.get("decoder_N", config.get("N", "L")), L)
         self.M = resolve_count(config.get("M", "L"), L)
-        self.strategy = config.get("strategy", "none")
-        self.scope = config.get("scope", "all")
+        self.strategy = config.get("strategy", DEFAULT_STRATEGY)
+        self.scope = config.get("scope", DEFAULT_SCOPE)
         self.arch = config.get("arch", "shared_transformer")
         self.skip_reason: Optional[str] = None
         self.params: Optional[int] = None
@@ -44,7 +45,7 @@ class Run:
                       f"--{stack}-attention-heads", str(b["heads"]),
                       f"--{stack}-share-strategy", strategy,
                       f"--{stack}-share-scope", self.scope]
-            if strategy in ("sequence", "cycle", "cycle_rev"):
+            if strategy in M_STRATEGIES:
                 flags += [f"--{stack}-unique-layers", str(self.M)]
             if b.get("normalize_before"):
                 flags += [f"--{stack}-normalize-before"]
@@ -129,29 +130,14 @@ class Run:
 
 
 def count_params(run: Run) -> int:
-    """Build the model (no training) with the corpus's dictionaries and count unique params."""
-    import torch
-    from fairseq import options
-    from fairseq.data import Dictionary
-    from fairseq.tasks.translation import TranslationTask
+    """Unique parameters of ``run``'s model, built (not trained) from its training command
+    with the corpus's dictionaries."""
+    from fairseq_shared.models.build import count_params as count
 
-    import fairseq_shared  # noqa: F401
-
-    bin_dir, src, tgt, joined = corpus_paths(run.data)
-    src_dict = Dictionary.load(os.path.join(bin_dir, f"dict.{src}.txt"))
-    tgt_dict = src_dict if joined else Dictionary.load(os.path.join(bin_dir, f"dict.{tgt}.txt"))
-    cmd = run.train_command()[len(fairseq_tool("train")):]
-    args = options.parse_args_and_arch(options.get_training_parser(), cmd)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = TranslationTask(args, src_dict, tgt_dict).build_model(args)
-        return sum(p.numel() for p in model.parameters())
-    finally:
-        torch.set_num_threads(threads)
+    return count(run.train_command()[len(fairseq_tool("train")):])
 
 
-def set_params_or_skip(run, count) -> None:
+def set_params_or_skip(run, count=count_params) -> None:
     """``run.params = count(run)``, or the ``skip_reason`` why it cannot be built: an
     architecture not registered (not built yet), or flags its model refuses."""
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -177,7 +163,7 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
     try:
         for cfg in configs:
             run = Run(cfg, budget, data, out, runs_dir)
-            set_params_or_skip(run, count_params)
+            set_params_or_skip(run)
             runs.append(run)
     finally:
         logging.disable(logging.NOTSET)

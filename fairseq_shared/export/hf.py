@@ -35,12 +35,8 @@ def _get(args, name, default=None):
 
 def target_class(args, src_dict, tgt_dict) -> str:
     """The stock class that computes the model with flags ``args``, or :class:`ExportError`
-    saying why none does."""
-    from fairseq_shared.models.config import san_config_from_args
-
-    if san_config_from_args(args).active:
-        raise ExportError("--hf: cannot export a SAN model: its follower layers take their "
-                          "attention from another layer, which no transformers class can do")
+    saying why none does (SAN models never get here: the export refuses them when it opens
+    the checkpoint, :data:`fairseq_shared.export.plain.TAKES`)."""
     reasons = []
     if _get(args, "layernorm_embedding"):
         reasons.append("--layernorm-embedding (no stock class normalises the embeddings)")

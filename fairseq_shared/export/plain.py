@@ -22,107 +22,58 @@ import argparse
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 from typing import Dict, Optional
 
 import torch
 
+from fairseq_shared.models import architectures, shared_lm
+from fairseq_shared.models.config import flag_names
+from fairseq_shared.sharing.assignment import describe
+from fairseq_shared.sharing.flags import STACKS
+from fairseq_shared.tools.checkpoints import Loaded, Takes, open_checkpoint, with_config
+
 logger = logging.getLogger(__name__)
-
-#: Flags of fairseq-shared that a plain ``transformer`` does not have.
-SHARED_FLAG_PREFIXES = (
-    "encoder_share_", "decoder_share_", "encoder_unique_layers", "decoder_unique_layers", "san_",
-    "encoder_untie_", "decoder_untie_",  # relaxed sharing (share_lora_rank: under *_share_)
-    "encoder_no_ffn", "decoder_no_ffn",  # layers without FFN (zero_ffn_sublayers)
-)
-
-
-#: The models of fairseq-shared that the export takes.
-SHARED_MODELS = ("shared_transformer", "shared_transformer_lm")
 
 
 class ExportError(ValueError):
     """The checkpoint cannot be exported; the message says why."""
 
 
-@dataclass
-class LoadedCheckpoint:
-    path: str
-    state: dict
-    cfg: object
-    task: object
-    model: object
+#: The models of fairseq-shared that the export takes, SAN refused (the module doc).
+TAKES = Takes("export", (architectures.MODEL, shared_lm.MODEL), san=(
+    "its follower layers reuse the attention weights (self-attention) or the attention output "
+    "(encoder-decoder attention) of the leader layer of their block, and neither fairseq's "
+    "Transformer nor CTranslate2 has a layer that takes its attention from another layer. "
+    "Export a model trained without --san-* policies"), error=ExportError)
 
 
-def refuse_san(model_args) -> None:
-    """Raise :class:`ExportError` when ``model_args`` use a SAN policy."""
-    from fairseq_shared.models.config import san_config_from_args
-
-    san = san_config_from_args(model_args)
-    if san.active:
-        policies = {
-            "--san-self-policy": san.self_policy, "--san-cross-policy": san.cross_policy,
-            "--san-encoder-policy": san.encoder_policy,
-        }
-        used = ", ".join(f"{k} {','.join(map(str, v))}" for k, v in policies.items() if v)
-        raise ExportError(
-            f"cannot export a SAN model ({used}): its follower layers reuse the attention "
-            "weights (self-attention) or the attention output (encoder-decoder attention) "
-            "of the leader layer of their block, and neither fairseq's Transformer nor "
-            "CTranslate2 has a layer that takes its attention from another layer. Export "
-            "a model trained without --san-* policies"
-        )
-
-
-def load_shared(path: str, data: Optional[str] = None) -> LoadedCheckpoint:
-    """Load a fairseq-shared checkpoint (``data`` overrides where the dictionaries are)."""
-    import fairseq_shared  # noqa: F401  (registers the model, compat fixes)
-    from fairseq import checkpoint_utils, tasks
-
-    if not os.path.isfile(path):
-        raise ExportError(f"CHECKPOINT: no such file '{path}'")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path, {"data": data} if data else None)
-    cfg = state["cfg"]
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
-    arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
-    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
-    if model_name not in SHARED_MODELS:
-        raise ExportError(
-            f"'{path}' has --arch {arch} (model {model_name}); the export takes "
-            f"fairseq-shared checkpoints (model {' or '.join(SHARED_MODELS)})"
-        )
-    if model_name == "shared_transformer":  # the language model has no SAN flags
-        refuse_san(cfg.model)
-    task = tasks.setup_task(cfg.task)
-    model = task.build_model(cfg.model)
-    model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
-    model.eval()
-    return LoadedCheckpoint(path, state, cfg, task, model)
+def load_shared(path: str, data: Optional[str] = None) -> Loaded:
+    """Open a fairseq-shared checkpoint (``data`` overrides where the dictionaries are)."""
+    return open_checkpoint(path, "export", TAKES, expect=None, data=data)
 
 
 def plain_model_args(model_args) -> Dict:
     """The shared model's flags as a plain ``transformer``'s: ours dropped, arch renamed."""
-    plain = {
-        k: v for k, v in vars(model_args).items() if not k.startswith(SHARED_FLAG_PREFIXES)
-    }
+    ours = set(flag_names())
+    plain = {k: v for k, v in vars(model_args).items() if k not in ours}
     plain["arch"] = plain["_name"] = "transformer"
-    for stack in ("encoder", "decoder"):
+    for stack in STACKS:
         plain[f"{stack}_layers_to_keep"] = None  # already applied to the weights
     return plain
 
 
-def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> dict:
+def plain_checkpoint(loaded: Loaded, data: Optional[str] = None) -> dict:
     """The checkpoint dict of the equivalent fairseq ``transformer``; ``data`` (the export
-    directory, which holds the dictionaries) becomes its task's data directory."""
-    from fairseq_shared.checkpoint_io import rebuilt_config
+    directory, which holds the dictionaries) becomes its task's data directory. Only what
+    stock fairseq reads is kept (the configuration by the tools' one rule,
+    :func:`~fairseq_shared.tools.checkpoints.with_config`)."""
     from fairseq_shared.export.lm import is_language_model, plain_lm_config
-    from fairseq_shared.sharing import describe
 
     cfg = loaded.cfg
     language_model = is_language_model(loaded.model)
     plain = plain_lm_config(cfg.model) if language_model else plain_model_args(cfg.model)
-    plain_cfg = rebuilt_config(cfg, plain)
+    checkpoint = with_config({}, cfg, plain)
+    plain_cfg = checkpoint["cfg"]
     if not language_model:
         plain_cfg["task"]["source_lang"] = loaded.task.cfg.source_lang  # inferred at load time
         plain_cfg["task"]["target_lang"] = loaded.task.cfg.target_lang
@@ -136,15 +87,14 @@ def plain_checkpoint(loaded: LoadedCheckpoint, data: Optional[str] = None) -> di
     sharing = {s: describe(v.assignment, v.scope) for s, v in loaded.model.sharing.items()}
     model_state = zero_ffn_sublayers(loaded.model, loaded.model.full_state_dict(),
                                      plain_cfg["model"])
-    return {
-        "args": None,
-        "cfg": plain_cfg,
+    checkpoint.update({
         "model": model_state,
         "optimizer_history": history,
         "extra_state": {
             "fairseq_shared_export": {"source": os.path.abspath(loaded.path), **sharing}
         },
-    }
+    })
+    return checkpoint
 
 
 def zero_ffn_sublayers(model, state: Dict[str, torch.Tensor], plain_model_cfg: Dict) -> Dict:
@@ -213,7 +163,7 @@ def write_dictionaries(task, out_dir: str) -> Dict[str, str]:
     return paths
 
 
-def write_plain(loaded: LoadedCheckpoint, out_dir: str, name: str = "checkpoint.pt") -> str:
+def write_plain(loaded: Loaded, out_dir: str, name: str = "checkpoint.pt") -> str:
     """Write the plain checkpoint and the dictionaries into ``out_dir``; return its path."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, name)

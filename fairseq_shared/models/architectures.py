@@ -19,7 +19,7 @@ ffn``; each layer keeps its LayerNorms), drops the decoder's FFN sub-layers
 the model has the vanilla size's parameters. With model width d, FFN width f and L + L layers,
 vanilla's FFN sub-layers hold ``2L (f (2d+1) + d)`` parameters and the decoder's FFN
 LayerNorms ``2L d`` more; one FFN of width F holds ``F (2d+1) + d``; equal when
-``F = 2Lf + (4L-1) d / (2d+1)`` (:func:`~fairseq_shared.models.wide_ffn.one_wide_ffn_width`).
+``F = 2Lf + (4L-1) d / (2d+1)`` (:func:`~fairseq_shared.sharing.wide_ffn.one_wide_ffn_width`).
 Not an integer at any size; the nearest width and what it leaves against vanilla:
 
 ==============================  =========  ==================================  =====  =======
@@ -48,12 +48,13 @@ from fairseq.models.transformer.transformer_legacy import (
     transformer_wmt_en_de_big,
 )
 
-from fairseq_shared.models.config import SAN_ARGS, STACKS
-from fairseq_shared.models.wide_ffn import one_wide_ffn_width
-from fairseq_shared.policy import format_policy, paper_cross_policy, paper_self_policy
+from fairseq_shared.san.flags import DEFAULT_CROSS_REUSE, SAN_ARGS
+from fairseq_shared.san.policy import format_policy, paper_cross_policy, paper_self_policy
+from fairseq_shared.sharing.assignment import M_STRATEGIES
+from fairseq_shared.sharing.flags import STACK_DEFAULTS, STACKS
+from fairseq_shared.sharing.wide_ffn import one_wide_ffn_width
 
 MODEL = "shared_transformer"
-M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
 
 # family -> sharing defaults applied to both stacks (Takase & Kiyono: each stack on its own).
 FAMILIES = {
@@ -95,8 +96,7 @@ def set_default(args, name, value):
 
 def san_base_defaults(args) -> None:
     for name in SAN_ARGS:
-        if getattr(args, name, None) is None:
-            setattr(args, name, "output" if name == "san_cross_reuse" else None)
+        set_default(args, name, DEFAULT_CROSS_REUSE if name == "san_cross_reuse" else None)
 
 
 def san_paper_defaults(args) -> None:
@@ -110,15 +110,9 @@ def san_paper_defaults(args) -> None:
 
 
 def shared_base_architecture(args):
-    for stack in ("encoder", "decoder"):
-        set_default(args, f"{stack}_share_strategy", "none")
-        set_default(args, f"{stack}_share_scope", "all")
-        if not hasattr(args, f"{stack}_unique_layers"):
-            setattr(args, f"{stack}_unique_layers", None)
-        set_default(args, f"{stack}_share_lora_rank", 0)  # relaxed sharing off
-        set_default(args, f"{stack}_untie_norms", False)
-        set_default(args, f"{stack}_untie_biases", False)
-        set_default(args, f"{stack}_no_ffn", False)
+    for stack in STACKS:
+        for name, value in STACK_DEFAULTS.items():  # no sharing, rigid, with FFNs
+            set_default(args, f"{stack}_{name}", value)
     san_base_defaults(args)
     base_architecture(args)
 

@@ -18,7 +18,7 @@ One Wide FFN (Pires et al. 2023's encoder, the only stack a language model has):
 universal --decoder-share-scope ffn``; each layer keeps its LayerNorms and attention) and
 widens it to the vanilla size's parameters: L FFNs of width f hold ``L (f (2d+1) + d)``, one of
 width F holds ``F (2d+1) + d``, equal when ``F = Lf + (L-1) d / (2d+1)``
-(:func:`~fairseq_shared.models.wide_ffn.one_wide_ffn_width`). Never an integer; the nearest:
+(:func:`~fairseq_shared.sharing.wide_ffn.one_wide_ffn_width`). Never an integer; the nearest:
 
 =========  ===============  ==============================  =====  ==========
 size       d, f, L          F exactly                       F      vs vanilla
@@ -51,9 +51,10 @@ from fairseq.models.transformer_lm import (
     transformer_lm_gpt,
 )
 
-from fairseq_shared.models.architectures import M_STRATEGIES, set_default
+from fairseq_shared.models.architectures import set_default
 from fairseq_shared.models.shared_lm import MODEL
-from fairseq_shared.models.wide_ffn import one_wide_ffn_width
+from fairseq_shared.sharing.assignment import M_STRATEGIES
+from fairseq_shared.sharing.wide_ffn import one_wide_ffn_width
 
 # family -> the decoder's sharing (strategy, scope)
 FAMILIES = {

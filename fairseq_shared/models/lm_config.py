@@ -8,7 +8,7 @@ silently dropped before the model is built. So the dataclass carries every ``--d
 flag that :func:`fairseq_shared.models.config.add_args` declares, read from those argparse
 definitions (name, type, default, help, choices): a flag declared there once, for any stack,
 reaches the language model with no further wiring. Validation stays where it is
-(:class:`~fairseq_shared.models.config.StackSharing`), with the same errors.
+(:class:`~fairseq_shared.sharing.flags.StackSharing`), with the same errors.
 """
 
 import argparse
@@ -26,9 +26,7 @@ _FLAG_TYPES = (int, float, str)
 
 def stack_flags(stack: str = STACK, add_flags: Callable = config.add_args) -> List[argparse.Action]:
     """The argparse definitions of every ``--{stack}-*`` flag that ``add_flags`` declares."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_flags(parser)
-    return [a for a in parser._actions if a.dest.startswith(f"{stack}_")]
+    return [a for a in config.flag_actions(add_flags) if a.dest.startswith(f"{stack}_")]
 
 
 def dataclass_field(action: argparse.Action) -> Tuple[str, Any, dataclasses.Field]:

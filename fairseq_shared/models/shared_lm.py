@@ -2,10 +2,10 @@
 
 The model is fairseq's own ``TransformerLanguageModel`` (``--task language_modeling``); once
 it is built, the decoder's layers are tied by
-:class:`~fairseq_shared.models.shared_stacks.SharedStacksMixin`, exactly as in the translation
+:class:`~fairseq_shared.sharing.stacks.SharedStacksMixin`, exactly as in the translation
 model: the same strategies and scopes (``--decoder-share-strategy``,
-``--decoder-unique-layers``, ``--decoder-share-scope``, validated by
-:class:`~fairseq_shared.models.config.StackSharing`), tied tensors stored once with the map
+``--decoder-unique-layers``, ``--decoder-share-scope``, validated by the model's one entry,
+:func:`~fairseq_shared.models.config.model_config`), tied tensors stored once with the map
 they were saved under, loading across sharing configurations, LayerDrop pruning. The flags
 reach the model through fairseq's dataclass (:mod:`fairseq_shared.models.lm_config`); the
 registered architectures are in :mod:`fairseq_shared.models.lm_architectures`.
@@ -14,9 +14,9 @@ registered architectures are in :mod:`fairseq_shared.models.lm_architectures`.
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel
 
-from fairseq_shared.models.config import StackSharing
+from fairseq_shared.models.config import model_config
 from fairseq_shared.models.lm_config import STACK, SharedTransformerLanguageModelConfig
-from fairseq_shared.models.shared_stacks import SharedStacksMixin
+from fairseq_shared.sharing.stacks import SharedStacksMixin
 
 MODEL = "shared_transformer_lm"
 
@@ -32,9 +32,10 @@ class SharedTransformerLanguageModel(SharedStacksMixin, TransformerLanguageModel
 
     @classmethod
     def build_model(cls, args, task):
-        sharing = StackSharing.from_args(args, STACK)  # bad flags fail before building
+        plan = model_config(args, stacks=(STACK,), san=False).sharing  # bad flags fail first
         model = super().build_model(args, task)  # fairseq shrinks a pruned decoder here
-        model.apply_sharing({STACK: sharing})
+        model.apply_sharing(plan)
+        sharing = plan[STACK]
         if sharing.kept is not None:  # record the kept map, so a saved pruned model rebuilds
             for name, value in sharing.pruned_args().items():
                 setattr(args, name, value)

@@ -2,8 +2,8 @@
 
 The model is fairseq's own ``TransformerModel`` (flags and their validation:
 :mod:`fairseq_shared.models.config`); after it is built, the layers of each
-stack are tied according to a :class:`~fairseq_shared.sharing` assignment
-(:class:`~fairseq_shared.models.shared_stacks.SharedStacksMixin`: tied tensors are stored once
+stack are tied according to a layer-to-set map (:mod:`fairseq_shared.sharing`:
+:class:`~fairseq_shared.sharing.stacks.SharedStacksMixin`: tied tensors are stored once
 in ``state_dict()``, with the map they were saved under, and re-expanded on
 ``load_state_dict()``). Attention-weight sharing (SAN) comes from the encoder and decoder
 classes of :mod:`fairseq_shared.san`.
@@ -15,8 +15,8 @@ from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 
 from fairseq_shared.models.config import add_args, model_config
-from fairseq_shared.models.shared_stacks import SharedStacksMixin
 from fairseq_shared.san import SANTransformerDecoder, SANTransformerEncoder
+from fairseq_shared.sharing.stacks import SharedStacksMixin
 
 logger = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ its followers, reuse it:
   it computes no projection of the encoder output and caches nothing;
 * encoder self-attention (optional, off by default as in the paper): as the decoder's.
 
-Modules: :mod:`~fairseq_shared.san.attention` (leader taps and followers, swapped into fairseq's
-layers), :mod:`~fairseq_shared.san.relay` (leader -> followers, TorchScript-safe),
-:mod:`~fairseq_shared.san.stacks` (encoder and decoder), :mod:`~fairseq_shared.san.record`
-(attention recording), :mod:`~fairseq_shared.san.learn` (learning a policy from the
-recorded attention), :mod:`~fairseq_shared.san.convert` (a checkpoint under another policy),
-:mod:`~fairseq_shared.san.learn_to_share` (the paper's LEARNTOSHARE loop). Policies and
-similarity: :mod:`fairseq_shared.policy`. The flags and their one validation:
-:mod:`fairseq_shared.models.config`.
+Modules: :mod:`~fairseq_shared.san.policy` (policies and the Jensen-Shannon similarity, pure),
+:mod:`~fairseq_shared.san.flags` (the flags and their validation; the model's one validation
+entry is :mod:`fairseq_shared.models.config`), :mod:`~fairseq_shared.san.attention` (leader
+taps and followers, swapped into fairseq's layers), :mod:`~fairseq_shared.san.relay` (leader
+-> followers, TorchScript-safe), :mod:`~fairseq_shared.san.stacks` (encoder and decoder).
+Learning a policy, converting a checkpoint to another one and the paper's LEARNTOSHARE loop
+are checkpoint tools: :mod:`fairseq_shared.tools.learn_policy`,
+:mod:`fairseq_shared.tools.convert_policy`, :mod:`fairseq_shared.tools.policy_rounds`.
 """
 
 from fairseq_shared.san.stacks import SANTransformerDecoder, SANTransformerEncoder

@@ -20,7 +20,8 @@ from fairseq.models.transformer.transformer_decoder import TransformerDecoderBas
 from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from fairseq.modules import MultiheadAttention
 
-from fairseq_shared.policy import PolicyError, describe_policy, is_trivial, layer_blocks
+from fairseq_shared.san.flags import DEFAULT_CROSS_REUSE
+from fairseq_shared.san.policy import PolicyError, describe_policy, is_trivial, layer_blocks
 from fairseq_shared.san.attention import (
     CROSS,
     CROSS_WEIGHTS,
@@ -76,10 +77,11 @@ class SANTransformerDecoder(TransformerDecoderBase):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.san_self_policy: Optional[List[int]] = None
         self.san_cross_policy: Optional[List[int]] = None
-        self.san_cross_reuse = "output"
+        self.san_cross_reuse = DEFAULT_CROSS_REUSE
         self.san_active = False
 
-    def configure_san(self, self_policy, cross_policy, cross_reuse: str = "output") -> None:
+    def configure_san(self, self_policy, cross_policy,
+                      cross_reuse: str = DEFAULT_CROSS_REUSE) -> None:
         """Apply policies validated by :func:`~fairseq_shared.models.config.model_config`.
         Call once, right after construction and before any parameter tying (followers
         drop their unused modules)."""

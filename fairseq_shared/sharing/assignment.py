@@ -1,6 +1,9 @@
 """Which layer uses which parameter set, and which parameters a sharing scope ties.
 
-Pure functions only: everything here can be tested without building a model.
+Pure functions only: everything here can be tested without building a model. This module
+owns the strategies and scopes, their defaults (:data:`DEFAULT_STRATEGY`,
+:data:`DEFAULT_SCOPE`) and the strategies that need M (:data:`M_STRATEGIES`); every other
+module imports them from here.
 
 Set indices returned by :func:`layer_assignment` are 0-based (layer ``i`` uses set
 ``assignment[i]``); the papers and the ``--*-share-strategy`` pattern syntax are 1-based.
@@ -16,7 +19,12 @@ import re
 from typing import List, Optional, Sequence
 
 STRATEGIES = ("none", "sequence", "cycle", "cycle_rev", "universal")
+#: The named strategies that need M (``--{stack}-unique-layers``); none and universal fix it.
+M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
 SCOPES = ("all", "attn", "ffn")
+#: A stack whose flags name no strategy or scope: no sharing; a strategy ties whole layers.
+DEFAULT_STRATEGY = "none"
+DEFAULT_SCOPE = "all"
 
 # Sub-module name prefixes of fairseq's Transformer{Encoder,Decoder}LayerBase tied by each scope.
 # "all" ties every parameter of the layer, LayerNorms included (Takase & Kiyono's code does).
@@ -48,7 +56,7 @@ _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 
 def comma_separated_ints(text: str) -> List[int]:
     """``"1,2, 3"`` -> ``[1, 2, 3]``: the one syntax of the integer lists the flags take
-    (sharing patterns here, SAN policies in :mod:`fairseq_shared.policy`). Every entry is an
+    (sharing patterns here, SAN policies in :mod:`fairseq_shared.san.policy`). Every entry is an
     integer; an empty entry (``1,,5``, ``1,5,``) or another separator (``1 5``) raises
     ValueError rather than being read as some other list."""
     entries = text.split(",")
@@ -120,7 +128,7 @@ def layer_assignment(
     if N < 1:
         raise SharingConfigError(f"--{stack}-layers must be >= 1, got {N}")
     if strategy is None:
-        strategy = "none"
+        strategy = DEFAULT_STRATEGY
     strategy = strategy.strip()
 
     if is_pattern(strategy):
@@ -215,7 +223,7 @@ def describe(assignment: Sequence[int], scope: str) -> str:
     elif M == 1:
         name = "universal"
     else:
-        for strategy in ("sequence", "cycle", "cycle_rev"):
+        for strategy in M_STRATEGIES:
             try:
                 if layer_assignment(strategy, N, M) == a:
                     name = f"{strategy} M={M}"

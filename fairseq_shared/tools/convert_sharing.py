@@ -16,7 +16,7 @@ weights; every other parameter (including LayerNorms and biases that
 ``--{stack}-untie-norms/-biases`` keep per position) keeps its position's weight. With
 ``--{stack}-share-lora-rank R`` each position's delta ``B A`` on a tied Linear weight starts
 as the best rank-R approximation of its residual ``W_pos - W_set``, from the truncated SVD
-(:mod:`fairseq_shared.conversion`); at R = d with untied norms and biases the converted model
+(:func:`lora_factors`, below); at R = d with untied norms and biases the converted model
 computes what the input did, up to float rounding. The values are written through the built
 target model (its own state dict and ``load_state_dict``, so the checkpoint is one that
 model wrote). The report gives, per stack
@@ -26,33 +26,47 @@ model computes with at that position (``after``).
 
 The optimizer state no longer matches the parameters: it is removed (fine-tune with
 ``--finetune-from-model OUT.pt`` or ``--restore-file OUT.pt --reset-optimizer ...``), and so
-is an EMA copy of the old weights. SAN models are refused: a follower has no Q/K (or no
-encoder-decoder projections) of its own, so there is no per-position weight to average.
+is an EMA copy of the old weights (:func:`fairseq_shared.tools.checkpoints.rebuilt`). SAN
+models are refused: a follower has no Q/K (or no encoder-decoder projections) of its own, so
+there is no per-position weight to average.
+
+The arithmetic (pure functions on tensors, at the end of the module):
+
+- :func:`set_means`: a set's shared weight is the mean of its positions' weights, the
+  least-squares choice: it minimises ``sum_pos ||W_pos - W_set||_F^2``.
+- :func:`lora_factors`: a position's low-rank delta ``B A`` (B: out x R, A: R x in) for the
+  residual ``W_pos - W_set``, from its truncated SVD ``U_R S_R V_R^T``, split evenly:
+  ``B = U_R S_R^(1/2)``, ``A = S_R^(1/2) V_R^T``. ``B A`` is the best rank-R approximation of
+  the residual (Eckart-Young), exact at R = min(out, in). The even split makes the factors
+  balanced (``B^T B = A A^T = S_R``): neither is near zero, so gradients reach both
+  (d/dB = G A^T, d/dA = B^T G), and gradient flow keeps ``B^T B - A A^T`` constant, so the
+  balance holds while fine-tuning; PiSSA (Meng et al. 2024) initialises LoRA the same way.
+  A LoRA whose delta is ``scale * B A`` gets both factors divided by ``sqrt(scale)``.
+- :func:`relative_residual`: how far positions are from what replaces them,
+  ``||W_pos - W_approx||_F / ||W_pos||_F`` over a group of tensors.
 """
 
 import copy
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from fairseq_shared import checkpoint_io
-from fairseq_shared.conversion import lora_factors, position_residuals
-from fairseq_shared.models.config import STACKS, model_config
-from fairseq_shared.modules.lora import DELTA_A, DELTA_B, ORIGINAL, is_delta, logical_name
-from fairseq_shared.sharing import format_assignment, in_scope
+from fairseq_shared.models.architectures import MODEL
+from fairseq_shared.models.config import model_config
+from fairseq_shared.sharing.assignment import format_assignment, in_scope
+from fairseq_shared.sharing.flags import STACK_DEFAULTS, STACKS
+from fairseq_shared.sharing.lora import DELTA_A, DELTA_B, ORIGINAL, is_delta, logical_name
+from fairseq_shared.tools.checkpoints import Takes, open_checkpoint, rebuilt
 
 logger = logging.getLogger("fairseq_shared.convert_sharing")
 
 #: Per-stack model attributes a conversion may set (``{stack}_{name}``).
 SHARING_ATTRS = ("share_strategy", "unique_layers", "share_scope", "share_lora_rank",
                  "untie_norms", "untie_biases")
-#: What a stack's sharing is when its --{stack}-share-strategy is given (all else from flags).
-FRESH = {"unique_layers": None, "share_scope": "all", "share_lora_rank": 0,
-         "untie_norms": False, "untie_biases": False}
-TARGET_ARCH = "shared_transformer"
-ACCEPTED_MODELS = ("transformer", "shared_transformer")
+TARGET_ARCH = MODEL
 TOOL = "convert_sharing"
 
 
@@ -63,6 +77,14 @@ def change_names() -> List[str]:
 
 class ConversionError(ValueError):
     """The checkpoint or the flags cannot be converted; the message says why."""
+
+
+TAKES = Takes("convert", ("transformer", MODEL), san=(
+    "its follower layers have no attention projections of their own to average. Allowed: a "
+    "model without SAN; convert the policy to all-1 blocks first (python -m "
+    "fairseq_shared.cli.convert_policy IN.pt PLAIN.pt --san-self-policy 1,1,... "
+    "--san-cross-policy 1,1,...), which gives followers their leader's weights"),
+    error=ConversionError)
 
 
 # ---------------------------------------------------------------------------- flags
@@ -76,9 +98,9 @@ def target_args(model_args, changes: Dict[str, object]):
     args.arch = args._name = TARGET_ARCH
     for stack in STACKS:
         fresh = changes.get(f"{stack}_share_strategy") is not None  # a new map: M, scope and
-        for attr, default in (("share_strategy", "none"), *FRESH.items()):  # relaxation too
+        for attr in SHARING_ATTRS:  # and relaxation start from their defaults too
             if fresh or getattr(args, f"{stack}_{attr}", None) is None:
-                setattr(args, f"{stack}_{attr}", default)
+                setattr(args, f"{stack}_{attr}", STACK_DEFAULTS[attr])
     for name, value in changes.items():
         if value is not None:
             setattr(args, name, value)
@@ -87,33 +109,6 @@ def target_args(model_args, changes: Dict[str, object]):
 
 
 # ---------------------------------------------------------------------------- checkpoint
-def _refuse(model_args, path: str) -> None:
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
-    arch = getattr(model_args, "arch", None)
-    model = ARCH_MODEL_NAME_REGISTRY.get(arch)
-    if model not in ACCEPTED_MODELS:
-        raise ConversionError(
-            f"{path}: --arch {arch} (model {model}) cannot be converted; allowed: checkpoints "
-            f"of fairseq's transformer or fairseq-shared's shared_transformer architectures"
-        )
-    if model == "shared_transformer":
-        from fairseq_shared.models.config import san_config_from_args
-
-        san = san_config_from_args(model_args)
-        if san.active:
-            raise ConversionError(
-                f"{path} uses attention-weight sharing (SAN: --san-self-policy "
-                f"{getattr(model_args, 'san_self_policy', None)}, --san-cross-policy "
-                f"{getattr(model_args, 'san_cross_policy', None)}, --san-encoder-policy "
-                f"{getattr(model_args, 'san_encoder_policy', None)}): its follower layers "
-                "have no attention projections of their own to average. Allowed: a model "
-                "without SAN; convert the policy to all-1 blocks first (python -m "
-                "fairseq_shared.cli.convert_policy IN.pt PLAIN.pt --san-self-policy 1,1,... "
-                "--san-cross-policy 1,1,...), which gives followers their leader's weights"
-            )
-
-
 def _full_state(model) -> Dict[str, torch.Tensor]:
     full = getattr(model, "full_state_dict", None)  # merges tied sets (and LoRA deltas)
     return dict(full() if full is not None else model.state_dict())
@@ -247,24 +242,73 @@ def convert_checkpoint(path_in: str, path_out: str, changes: Dict[str, object],
     """Convert the checkpoint ``path_in`` under ``changes`` (see :func:`target_args`) and
     write ``path_out``; return the report (also stored in its ``extra_state``)."""
     checkpoint_io.refuse_overwrite([path_in], [path_out])
-    state = checkpoint_io.load(path_in, expect="translation", data=data, tool=TOOL)
-    cfg = state["cfg"]
-    _refuse(cfg.model, path_in)
-    new_args = target_args(cfg.model, changes)
-    task = checkpoint_io.setup_task(cfg.task, path_in, data)
-    old_model = task.build_model(cfg.model)
-    old_model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
-    new_model = task.build_model(new_args)
+    loaded = open_checkpoint(path_in, TOOL, TAKES, data=data)
+    new_args = target_args(loaded.cfg.model, changes)
+    new_model = loaded.task.build_model(new_args)
     report = {"input": os.path.abspath(path_in), "flags": flag_line(new_args),
-              "stacks": convert_model(old_model, new_model)}
-
-    state["model"] = new_model.state_dict()
-    checkpoint_io.with_config(state, cfg, new_args)
-    state["last_optimizer_state"] = None
-    extra = dict(state.get("extra_state") or {})
-    extra.pop("ema", None)
-    extra["fairseq_shared_conversion"] = report
-    state["extra_state"] = extra
+              "stacks": convert_model(loaded.model, new_model)}
+    state = rebuilt(loaded, new_model, new_args, {"fairseq_shared_conversion": report})
     checkpoint_io.save(state, path_out)
     logger.info(f"wrote {path_out}: {report['flags']}")
     return report
+
+
+# ---------------------------------------------------------------------------- arithmetic
+def set_members(assignment: Sequence[int]) -> List[List[int]]:
+    """The positions of each set: ``[0, 1, 1, 0] -> [[0, 3], [1, 2]]``."""
+    members: List[List[int]] = [[] for _ in range(max(assignment) + 1)]
+    for position, s in enumerate(assignment):
+        members[s].append(position)
+    return members
+
+
+def set_means(weights: Sequence[torch.Tensor], assignment: Sequence[int]) -> List[torch.Tensor]:
+    """One tensor per set: the mean of its positions' ``weights`` (same shapes)."""
+    if len(weights) != len(assignment):
+        raise ValueError(f"{len(weights)} weights for {len(assignment)} positions")
+    return [
+        torch.stack([weights[p] for p in positions]).mean(0)
+        for positions in set_members(assignment)
+    ]
+
+
+def lora_factors(residual: torch.Tensor, rank: int, scale: float = 1.0
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(B, A)`` with ``scale * B @ A`` the best rank-``rank`` approximation of ``residual``.
+
+    ``residual`` is (out, in); B is (out, rank), A is (rank, in). Ranks above
+    min(out, in) get zero columns/rows beyond it (the approximation is already exact).
+    """
+    if residual.dim() != 2:
+        raise ValueError(f"need a matrix, got shape {tuple(residual.shape)}")
+    if rank < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}")
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    out_dim, in_dim = residual.shape
+    u, s, vh = torch.linalg.svd(residual.double(), full_matrices=False)
+    r = min(rank, s.numel())
+    root = (s[:r] / scale).sqrt()
+    b = torch.zeros(out_dim, rank, dtype=torch.float64)
+    a = torch.zeros(rank, in_dim, dtype=torch.float64)
+    b[:, :r] = u[:, :r] * root
+    a[:r] = root[:, None] * vh[:r]
+    return b.to(residual.dtype), a.to(residual.dtype)
+
+
+def relative_residual(original: Mapping[str, torch.Tensor],
+                      approx: Mapping[str, torch.Tensor]) -> float:
+    """``||W - W'||_F / ||W||_F`` over the tensors of ``original`` (all names of it)."""
+    diff = sum(float((original[k].double() - approx[k].double()).pow(2).sum()) for k in original)
+    norm = sum(float(original[k].double().pow(2).sum()) for k in original)
+    return (diff / norm) ** 0.5 if norm > 0 else 0.0
+
+
+def position_residuals(originals: Sequence[Dict[str, torch.Tensor]],
+                       approxes: Sequence[Dict[str, torch.Tensor]],
+                       names: Sequence[str]) -> List[float]:
+    """:func:`relative_residual` of every position over the tensors ``names``."""
+    return [
+        relative_residual({n: o[n] for n in names if n in o}, a)
+        for o, a in zip(originals, approxes)
+    ]

@@ -10,9 +10,10 @@ it needs the parameters it did not have; it gets, in this order:
    so its first forward pass starts from the leader's attention function).
 
 Leaders that become followers simply drop Q/K (self) or Q/K/V[/out] (encoder-decoder).
-The optimizer state no longer matches the parameters: it is removed, so training resumes
-with ``--reset-optimizer``. The checkpoint's configuration is rewritten by the package's one
-rule (:func:`fairseq_shared.checkpoint_io.rebuilt_config`).
+The optimizer state (and an EMA copy) no longer matches the parameters: it is removed, so
+training resumes with ``--reset-optimizer``. The checkpoint is opened and rewritten by the
+tools' one helper (:mod:`fairseq_shared.tools.checkpoints`: the configuration by its one
+rule); only fairseq-shared's translation model has policies to change.
 """
 
 import copy
@@ -24,11 +25,14 @@ import torch
 import torch.nn as nn
 
 from fairseq_shared import checkpoint_io
-from fairseq_shared.policy import format_policy, leaders
+from fairseq_shared.models.architectures import MODEL
+from fairseq_shared.san.policy import format_policy, leaders
+from fairseq_shared.tools.checkpoints import Takes, open_checkpoint, rebuilt
 
 logger = logging.getLogger("fairseq_shared.convert_policy")
 
 TOOL = "convert_policy"
+TAKES = Takes("change the SAN policy of", (MODEL,))
 _LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)$")
 
 
@@ -87,13 +91,8 @@ def convert_model(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
 def convert_checkpoint(path_in: str, path_out: str, self_policy=None, cross_policy=None,
                        cross_reuse=None, encoder_policy=None, data=None) -> Dict[str, str]:
     checkpoint_io.refuse_overwrite([path_in], [path_out])
-    state = checkpoint_io.load(path_in, expect="translation", data=data, tool=TOOL)
-    cfg = state["cfg"]
-    task = checkpoint_io.setup_task(cfg.task, path_in, data)
-    old_model = task.build_model(cfg.model)
-    old_model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
-
-    new_args = copy.deepcopy(cfg.model)
+    loaded = open_checkpoint(path_in, TOOL, TAKES, data=data)
+    new_args = copy.deepcopy(loaded.cfg.model)
     changes = {
         "san_self_policy": self_policy,
         "san_cross_policy": cross_policy,
@@ -105,13 +104,9 @@ def convert_checkpoint(path_in: str, path_out: str, self_policy=None, cross_poli
             if isinstance(value, (list, tuple)):
                 value = format_policy(value)
             setattr(new_args, name, value)
-    new_model = task.build_model(new_args)
-    convert_model(old_model, new_model)
-    state["model"] = new_model.state_dict()
-    checkpoint_io.with_config(state, cfg, new_args)
-    state["last_optimizer_state"] = None
-    state.setdefault("extra_state", {})
-    checkpoint_io.save(state, path_out)
+    new_model = loaded.task.build_model(new_args)
+    convert_model(loaded.model, new_model)
+    checkpoint_io.save(rebuilt(loaded, new_model, new_args), path_out)
     summary = {name: getattr(new_args, name, None) for name in changes}
     logger.info(f"wrote {path_out}: {summary}")
     return summary

@@ -2,7 +2,7 @@
 (the library side of ``python -m fairseq_shared.cli.learn_sharing``).
 
 Per stack, the similarity of every pair of layers is one of two measures
-(:mod:`fairseq_shared.layer_similarity`):
+(:mod:`fairseq_shared.tools.layer_similarity`):
 
 - ``cka`` (default): linear CKA of the layers' outputs on held-out data: encoder layers on
   the source tokens, decoder layers with teacher forcing on the references, pad positions
@@ -39,30 +39,25 @@ from typing import Dict, Iterable, List, Optional
 
 import torch
 
-from fairseq_shared import layer_similarity as ls
+from fairseq_shared import checkpoint_io
+from fairseq_shared.models.architectures import MODEL
+from fairseq_shared.sharing.flags import STACKS
+from fairseq_shared.tools import layer_similarity as ls
+from fairseq_shared.tools.checkpoints import Takes, open_checkpoint
 
 logger = logging.getLogger("fairseq_shared.learn_sharing")
 
-STACKS = ("encoder", "decoder")
-MEASURES = ("cka", "cka_update", "weights")
-GROUPINGS = ("adjacent", "clustered")
+TOOL = "learn_sharing"
+TAKES = Takes("learn a sharing map from", ("transformer", MODEL))
+MEASURES = ("cka", "cka_update", "weights")  # the first is the default
+GROUPINGS = ("adjacent", "clustered")  # the first is the default
+MAX_SENTENCES, MAX_TOKENS = 400, 4000
 #: The files :func:`learn_sharing` writes into its output directory.
 OUTPUTS = ("sharing.json", "sharing.txt", "similarity.png")
 
 
 class LearnSharingError(ValueError):
     """Bad settings for the command; the message names the flag and the allowed values."""
-
-
-def load(checkpoint: str, data: Optional[str] = None):
-    from fairseq_shared import checkpoint_io
-
-    model, cfg, task, _ = checkpoint_io.load_model(checkpoint, expect="translation", data=data,
-                                                   tool="learn_sharing")
-    if not all(hasattr(getattr(model, s, None), "layers") for s in STACKS):
-        raise LearnSharingError(f"{checkpoint}: --arch {cfg.model.arch} has no encoder and "
-                                "decoder layer stacks; allowed: translation Transformers")
-    return model.eval(), cfg, task
 
 
 # ---------------------------------------------------------------------------- measures
@@ -213,15 +208,14 @@ def similarity_matrices(model, task, measure: str, subset: str, max_sentences: i
 
 def learn_sharing(checkpoint: str, out_dir: str, data: Optional[str] = None,
                   sets: Optional[int] = None, threshold: Optional[float] = None,
-                  measure: str = "cka", grouping: str = "adjacent", subset: str = "valid",
-                  max_sentences: int = 400, max_tokens: int = 4000) -> Dict:
-    from fairseq_shared import checkpoint_io
-
+                  measure: str = MEASURES[0], grouping: str = GROUPINGS[0],
+                  subset: str = "valid", max_sentences: int = MAX_SENTENCES,
+                  max_tokens: int = MAX_TOKENS) -> Dict:
     check_settings(sets, threshold, measure, grouping)
     checkpoint_io.refuse_overwrite([checkpoint], checkpoint_io.files_in(out_dir, OUTPUTS))
-    model, cfg, task = load(checkpoint, data)
-    matrices, tokens = similarity_matrices(model, task, measure, subset, max_sentences,
-                                           max_tokens)
+    loaded = open_checkpoint(checkpoint, TOOL, TAKES, data=data)
+    matrices, tokens = similarity_matrices(loaded.model, loaded.task, measure, subset,
+                                           max_sentences, max_tokens)
     patterns = {s: propose(matrices[s][measure], sets, threshold, s) for s in STACKS}
     flags = flag_line(patterns, grouping)
     record = {

@@ -1,8 +1,8 @@
 """How alike the layers of a stack are, and the layer-to-set patterns that follow from it.
 
 Pure functions: tensors in, matrices and patterns out (running a model to get the layers'
-outputs is :mod:`fairseq_shared.learn_sharing`). Patterns are 0-based set indices per layer,
-numbered by first appearance, as :func:`fairseq_shared.sharing.layer_assignment` returns.
+outputs is :mod:`fairseq_shared.tools.learn_sharing`). Patterns are 0-based set indices per layer,
+numbered by first appearance, as :func:`fairseq_shared.sharing.assignment.layer_assignment` returns.
 
 Similarity of two layers:
 
@@ -37,7 +37,7 @@ from typing import List, Sequence
 
 import torch
 
-from fairseq_shared.sharing import canonical
+from fairseq_shared.sharing.assignment import canonical
 
 
 # ---------------------------------------------------------------------------- measures

@@ -7,9 +7,10 @@ distributions, self and encoder-decoder, per head (each head against the same he
 other layer: what SAN shares) and between head-averaged distributions
 (:class:`SimilarityAccumulator`). ``mu = 1 - JS``; :func:`learn` forms blocks greedily from
 layer 1, largest block with mean pairwise similarity > theta first (see
-:mod:`fairseq_shared.policy`). :func:`learn_policy` does both and writes ``DIR/policy.json``,
+:mod:`fairseq_shared.san.policy`). :func:`learn_policy` does both and writes ``DIR/policy.json``,
 ``DIR/policy.txt`` (the fairseq-train flags), ``DIR/similarity.png`` (JS heat-maps in the
-style of the paper's Figure 2) and, with ``sweep_thetas``, ``DIR/sweep.md``.
+style of the paper's Figure 2) and, with ``sweep_thetas``, ``DIR/sweep.md``. The attention is
+recorded by :class:`AttentionRecorder` (forward hooks; the model's forward pass untouched).
 
 In a model that already shares attention, a follower's distributions *are* its leader's
 (JS 0), so re-learning can merge blocks but does not split one. That is what the
@@ -19,36 +20,95 @@ paper's LEARNTOSHARE loop re-learns from (the followers own no Q/K to compare wi
 import json
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
+from torch import Tensor
 
-from fairseq_shared.policy import (
-    format_policy,
-    group_layers,
-    pairwise_js_sums,
-)
-from fairseq_shared.san.stacks import SANTransformerDecoder
-from fairseq_shared.san.record import AttentionRecorder
+from fairseq_shared import checkpoint_io
+from fairseq_shared.models.architectures import MODEL
+from fairseq_shared.san.attention import is_follower
+from fairseq_shared.san.policy import format_policy, group_layers, pairwise_js_sums
+from fairseq_shared.tools.checkpoints import Takes, open_checkpoint
 
 logger = logging.getLogger("fairseq_shared.learn_policy")
 
+TOOL = "learn_policy"
+#: The settings' defaults (the commands learn_policy and learn_to_share take them from here).
+THETA = 0.9
+SIMILARITIES = ("per_head", "head_avg")  # the first is the default
+MAX_SENTENCES, MAX_TOKENS = 400, 4000
 #: The files :func:`learn_policy` writes into its output directory.
 OUTPUTS = ("policy.json", "policy.txt", "similarity.png", "sweep.md")
 KINDS = ("self_per_head", "self_head_avg", "cross_per_head", "cross_head_avg")
+#: What the tool takes: the models with SAN layers, any policy (none: learn a first one).
+TAKES = Takes("learn a SAN policy from", (MODEL,))
+#: The attention an :class:`AttentionRecorder` records per layer.
+RECORDED = ("self", "cross")
 
 
-def load(checkpoint: str, data: Optional[str] = None):
-    from fairseq_shared import checkpoint_io
+class AttentionRecorder:
+    """Every decoder layer's attention weights, per head, recorded with forward hooks::
 
-    model, cfg, task, _ = checkpoint_io.load_model(checkpoint, expect="translation", data=data,
-                                                   tool="learn_policy")
-    if not isinstance(model.decoder, SANTransformerDecoder):
-        raise checkpoint_io.CheckpointError(
-            f"{checkpoint}: --arch {cfg.model.arch} is not a fairseq_shared translation model; "
-            "allowed: shared_transformer and its architectures (e.g. transformer_san)"
-        )
-    return model, cfg, task
+        with AttentionRecorder(model.decoder) as recorder:
+            model(**net_input)
+            selfs, crosses = recorder.pop()   # per layer (H, B, T, S), or None
+
+    The hooks ask each computing attention module for its per-head weights (fairseq's own
+    ``need_head_weights``) and keep them; a follower's distributions are its leader's. The
+    model's forward pass is untouched; the hooks are gone when the block ends.
+    """
+
+    def __init__(self, decoder):
+        self.layers = list(decoder.layers)
+        self.records: Dict[Tuple[str, int], Tensor] = {}
+        self._handles = []
+        self._skip_check = []
+
+    def __enter__(self) -> "AttentionRecorder":
+        for i, layer in enumerate(self.layers):
+            for kind, attention in zip(RECORDED, (layer.self_attn, layer.encoder_attn)):
+                if attention is not None and not is_follower(attention):
+                    self._watch(kind, i, attention)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for attention, value in self._skip_check:
+            attention.skip_embed_dim_check = value
+        self._handles, self._skip_check = [], []
+        self.records.clear()
+
+    def _watch(self, kind: str, index: int, attention) -> None:
+        # PyTorch's fused path returns head averages only; fairseq's returns every head
+        self._skip_check.append((attention, attention.skip_embed_dim_check))
+        attention.skip_embed_dim_check = True
+
+        def ask_for_heads(module, args, kwargs):
+            return args, {**kwargs, "need_weights": True, "need_head_weights": True}
+
+        def keep(module, args, kwargs, output):
+            self.records[(kind, index)] = output[1]
+
+        self._handles += [
+            attention.register_forward_pre_hook(ask_for_heads, with_kwargs=True),
+            attention.register_forward_hook(keep, with_kwargs=True),
+        ]
+
+    def pop(self) -> Tuple[List[Optional[Tensor]], List[Optional[Tensor]]]:
+        """The last forward pass's (self, cross) weights per layer; followers get their
+        leader's (the nearest computing layer before them: blocks are adjacent)."""
+        out = []
+        for kind in RECORDED:
+            maps: List[Optional[Tensor]] = []
+            last: Optional[Tensor] = None
+            for i in range(len(self.layers)):
+                last = self.records.get((kind, i), last)
+                maps.append(last)
+            out.append(maps)
+        self.records.clear()
+        return out[0], out[1]
 
 
 class SimilarityAccumulator:
@@ -78,7 +138,8 @@ class SimilarityAccumulator:
         return {k: self.sums[k] / max(self.counts[k], 1e-12) for k in KINDS if self.counts[k] > 0}
 
 
-def collect(model, task, subset: str, max_sentences: int, max_tokens: int = 4000) -> SimilarityAccumulator:
+def collect(model, task, subset: str, max_sentences: int,
+            max_tokens: int = MAX_TOKENS) -> SimilarityAccumulator:
     task.load_dataset(subset)
     dataset = task.dataset(subset)
     itr = task.get_batch_iterator(
@@ -102,7 +163,8 @@ def collect(model, task, subset: str, max_sentences: int, max_tokens: int = 4000
     return acc
 
 
-def learn(js: Dict[str, torch.Tensor], theta: float, similarity: str = "per_head") -> Dict[str, List[int]]:
+def learn(js: Dict[str, torch.Tensor], theta: float,
+          similarity: str = SIMILARITIES[0]) -> Dict[str, List[int]]:
     out = {}
     for name in ("self", "cross"):
         key = f"{name}_{similarity}"
@@ -119,7 +181,7 @@ def sweep(js: Dict[str, torch.Tensor], thetas: List[float]) -> Dict[str, Dict[st
             str(theta): {k: format_policy(v) for k, v in learn(js, theta, similarity).items()}
             for theta in thetas
         }
-        for similarity in ("per_head", "head_avg")
+        for similarity in SIMILARITIES
     }
 
 
@@ -168,13 +230,13 @@ def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
 
 
 def learn_policy(checkpoint: str, out_dir: str, data: Optional[str] = None, subset: str = "valid",
-                 theta: float = 0.9, similarity: str = "per_head", max_sentences: int = 400,
-                 max_tokens: int = 4000, sweep_thetas: Optional[List[float]] = None) -> Dict[str, List[int]]:
-    from fairseq_shared import checkpoint_io
-
+                 theta: float = THETA, similarity: str = SIMILARITIES[0],
+                 max_sentences: int = MAX_SENTENCES, max_tokens: int = MAX_TOKENS,
+                 sweep_thetas: Optional[List[float]] = None) -> Dict[str, List[int]]:
     checkpoint_io.refuse_overwrite([checkpoint], checkpoint_io.files_in(out_dir, OUTPUTS))
-    model, cfg, task = load(checkpoint, data)
-    acc = collect(model, task, subset, max_sentences, max_tokens)
+    loaded = open_checkpoint(checkpoint, TOOL, TAKES, data=data)
+    cfg = loaded.cfg
+    acc = collect(loaded.model, loaded.task, subset, max_sentences, max_tokens)
     js = acc.js()
     policy = learn(js, theta, similarity)
     os.makedirs(out_dir, exist_ok=True)

@@ -1,20 +1,20 @@
 """Cross-layer parameter sharing for any fairseq model whose stacks have ``.layers``.
 
 :class:`SharedStacksMixin` ties the layers of each stack named in a sharing plan
-(:class:`~fairseq_shared.models.config.StackSharing`: the encoder and decoder of
+(:class:`~fairseq_shared.sharing.flags.StackSharing`: the encoder and decoder of
 :class:`~fairseq_shared.models.shared_transformer.SharedTransformerModel`, the decoder of
 :class:`~fairseq_shared.models.shared_lm.SharedTransformerLanguageModel`) and makes its
 checkpoints store each tied tensor once.
 
 Relaxed sharing (``--{stack}-share-lora-rank``, ``--{stack}-untie-norms``,
-``--{stack}-untie-biases``; :mod:`fairseq_shared.modules.lora`) is applied here too, after the
+``--{stack}-untie-biases``; :mod:`fairseq_shared.sharing.lora`) is applied here too, after the
 ties: any model that uses the mixin gets it.
 
 A state dict also records each stack's layer-to-set map and scope
 (``{stack}.sharing_map_version``, ``{stack}.sharing_scope_version``) and, when sharing is
 relaxed, ``{stack}.sharing_relaxation_version`` = ``[R, untie_norms, untie_biases]`` (absent:
 rigid), and, when its layers have no FFN (``--{stack}-no-ffn``, applied here before the
-ties: :mod:`fairseq_shared.modules.no_ffn`), ``{stack}.sharing_no_ffn_version``, so that
+ties: :mod:`fairseq_shared.sharing.no_ffn`), ``{stack}.sharing_no_ffn_version``, so that
 loading a state saved under another sharing configuration (``--restore-file``,
 ``--finetune-from-model``, ``--model-overrides``) either reproduces the saved model exactly or
 stops with an error naming both configurations. LayerDrop pruning (``--{stack}-layers-to-keep``)
@@ -28,23 +28,29 @@ from typing import Callable, Dict, Mapping, Optional, Set
 
 import torch
 
-from fairseq_shared.models.config import STACKS, StackSharing, describe_relaxation
-from fairseq_shared.modules.lora import (
+from fairseq_shared.sharing.assignment import (
+    SCOPES,
+    SharingMismatchError,
+    describe,
+    format_assignment,
+    in_scope,
+)
+from fairseq_shared.sharing.flags import STACKS, StackSharing, describe_relaxation
+from fairseq_shared.sharing.lora import (
     add_low_rank_deltas,
     is_delta,
     logical_name,
     merged_state,
     position_state,
 )
-from fairseq_shared.modules.no_ffn import FFN_MODULES, drop_ffn
-from fairseq_shared.modules.tying import (
+from fairseq_shared.sharing.no_ffn import FFN_MODULES, drop_ffn
+from fairseq_shared.sharing.tying import (
     LINEAR_BIAS,
     NORM,
     parameter_kind,
     tie_layers,
     unique_parameter_count,
 )
-from fairseq_shared.sharing import SCOPES, SharingMismatchError, describe, format_assignment, in_scope
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +164,7 @@ def pop_markers(state: Dict, stack: str) -> Optional[StackSharing]:
 
 
 def untied_kinds(sharing: StackSharing) -> Set[str]:
-    """The kinds of parameters (:mod:`~fairseq_shared.modules.tying`) kept per position."""
+    """The kinds of parameters (:mod:`~fairseq_shared.sharing.tying`) kept per position."""
     kinds = ((NORM, sharing.untie_norms), (LINEAR_BIAS, sharing.untie_biases))
     return {kind for kind, on in kinds if on}
 
@@ -206,7 +212,7 @@ def to_model_layout(
     warning), which says where each saved layer's tied tensors are stored. Every layer of
     the model gets the tensors of the saved layer at its position (the kept position under
     LayerDrop pruning): what the saved model computed there, in the model's layout
-    (:func:`~fairseq_shared.modules.lora.position_state`: relaxed weights merged, or split
+    (:func:`~fairseq_shared.sharing.lora.position_state`: relaxed weights merged, or split
     into ``W_set`` and a zero delta, where the two layouts differ). ``expected`` (the model's
     full state, every name) gives that layout, limits the names filled in from a set's stored
     tensors to those the model's layer has (SAN followers have no Q/K) and gives the model's

@@ -23,7 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_shared.sharing import comma_separated_ints
+from fairseq_shared.sharing.assignment import comma_separated_ints
 
 FLAGS = {
     "self": "--san-self-policy",

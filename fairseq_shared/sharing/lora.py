@@ -67,7 +67,7 @@ def add_low_rank_deltas(
 ) -> Dict[str, str]:
     """Give every position of every tied Linear weight its own rank-``rank`` delta.
 
-    ``aliases`` is :func:`~fairseq_shared.modules.tying.tie_layers`'s ``{alias: owner}``
+    ``aliases`` is :func:`~fairseq_shared.sharing.tying.tie_layers`'s ``{alias: owner}``
     (names relative to ``layers``): a weight is tied at a position when it is an alias or an
     owner there. Returns the aliases under the names they have now (``"3.fc1.weight"`` ->
     ``"3.fc1.parametrizations.weight.original"``).

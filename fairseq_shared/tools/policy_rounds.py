@@ -1,5 +1,6 @@
-"""The paper's joint procedure (LEARNTOSHARE, Xiao et al. 2019) as one driver over
-fairseq-train (the library side of ``python -m fairseq_shared.cli.learn_to_share``).
+"""Rounds of training and re-learning a SAN policy: the paper's joint procedure
+(LEARNTOSHARE, Xiao et al. 2019) as one driver over fairseq-train (the library side of
+``python -m fairseq_shared.cli.learn_to_share``).
 
 Round 0 starts from no sharing (every block one layer). Each round:
 
@@ -7,9 +8,9 @@ Round 0 starts from no sharing (every block one layer). Each round:
    ``--san-cross-policy`` appended to the given flags) for ``--round-updates`` more updates,
    continuing from the previous round's checkpoint;
 2. re-learn the policy from the model's attention on held-out data
-   (:mod:`fairseq_shared.san.learn`);
+   (:mod:`fairseq_shared.tools.learn_policy`);
 3. if the policy did not change, stop; else convert the checkpoint to the new policy
-   (:mod:`fairseq_shared.san.convert`, followers drop Q/K; new leaders start from
+   (:mod:`fairseq_shared.tools.convert_policy`, followers drop Q/K; new leaders start from
    their old leader's) and go on.
 
 Then it trains to convergence under the final policy (until ``--final-updates`` total
@@ -26,9 +27,13 @@ import subprocess
 from typing import List, Optional
 
 from fairseq_shared.fairseq_commands import fairseq_command
-from fairseq_shared.policy import format_policy, no_sharing
+from fairseq_shared.san.policy import format_policy, no_sharing
+from fairseq_shared.tools.convert_policy import convert_checkpoint
+from fairseq_shared.tools.learn_policy import MAX_SENTENCES, SIMILARITIES, THETA, learn_policy
 
 logger = logging.getLogger("fairseq_shared.learn_to_share")
+
+MAX_ROUNDS = 5
 
 
 def _flag_value(flags: List[str], name: str) -> Optional[str]:
@@ -58,12 +63,9 @@ def train(data: str, save_dir: str, flags: List[str], policy, max_update: int,
 
 
 def learn_to_share(data: str, work_dir: str, train_flags: List[str], round_updates: int,
-                   final_updates: int, max_rounds: int = 5, theta: float = 0.9,
-                   similarity: str = "per_head", subset: str = "valid",
-                   max_sentences: int = 400) -> dict:
-    from fairseq_shared.san.convert import convert_checkpoint
-    from fairseq_shared.san.learn import learn_policy
-
+                   final_updates: int, max_rounds: int = MAX_ROUNDS, theta: float = THETA,
+                   similarity: str = SIMILARITIES[0], subset: str = "valid",
+                   max_sentences: int = MAX_SENTENCES) -> dict:
     if _flag_value(train_flags, "--max-update") is not None:
         raise SystemExit("learn_to_share: give --round-updates/--final-updates, not --max-update")
     layers = int(_flag_value(train_flags, "--decoder-layers") or 6)

@@ -10,7 +10,7 @@ from typing import Collection, Dict, Sequence
 import torch
 import torch.nn as nn
 
-from fairseq_shared.sharing import in_scope
+from fairseq_shared.sharing.assignment import in_scope
 
 #: Kinds of layer parameters that relaxed sharing can keep per position (``untie``).
 NORM, LINEAR_BIAS = "norm", "linear_bias"

@@ -1,0 +1,52 @@
+"""Contamination audit of a prepared parallel corpus: the command line of
+``python -m fairseq_shared.data.audit`` and ``fairseq-shared-audit``; what it does is
+:mod:`fairseq_shared.data.audit` (printed by ``--help``)."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from fairseq_shared.data import audit as library
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=library.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("raw_dir", help="directory with {train,valid,test}.{src,tgt} plain text")
+    p.add_argument("--src", default="es")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--splits", nargs="+", default=["valid", "test"])
+    p.add_argument("-k", type=int, default=library.DEFAULT_K,
+                   help="candidates per side (default 10)")
+    p.add_argument("--out", default=None, help="report directory (default: parent of RAW_DIR)")
+    p.add_argument("--max-contamination", type=float, default=None,
+                   help="exit 1 if the test split's near-duplicate share (chrF >= 70) is above "
+                   "this fraction, e.g. 0.01")
+    args = p.parse_args(argv)
+    raw = Path(args.raw_dir)
+    missing = [f"train.{l}" for l in (args.src, args.tgt) if not (raw / f"train.{l}").exists()]
+    if missing:
+        p.error(f"RAW_DIR {raw}: missing {', '.join(missing)} (need plain-text "
+                f"{{train,valid,test}}.{{{args.src},{args.tgt}}}; see --src/--tgt)")
+    if args.k < 1:
+        p.error(f"-k must be >= 1, got {args.k}")
+    try:
+        report = library.audit_corpus(raw, args.src, args.tgt, args.splits, args.k)
+    except library.AuditError as e:
+        print(f"audit: error: {e}", file=sys.stderr)
+        return 2
+    paths = library.write_report(report, args.out or raw.parent)
+    print(library.render_markdown(report).split("\n## ")[0])
+    print(f"wrote {paths['md']} and {paths['json']}")
+    if args.max_contamination is not None and "test" in report["splits"]:
+        share = library.test_contamination(report)
+        if share > args.max_contamination:
+            print(f"error: test near-duplicate share {100 * share:.2f}% (chrF >= "
+                  f"{library.NEAR_DUPLICATE}) is above --max-contamination "
+                  f"{100 * args.max_contamination:.2f}%", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The speed / size / quality frontier of trained models (issue 19, item 3).
+
+    python -m fairseq_shared.cli.frontier --data work/bible_clean --out results/frontier \\
+        --checkpoints vanilla=ckpt/v/checkpoint_last.pt,cycle_rev=ckpt/c/checkpoint_last.pt \\
+        [--batch-sizes 1,32] [--beam 4] [--threads 1] [--repeats 2] [--commit]
+
+Each model is decoded on the whole test set (``--sentences N``: N evenly spaced) by eager
+fairseq, TorchScript and CTranslate2 float32/int8 (SAN and anything else that does not
+export: recorded as not exportable, with the reason), at each batch size. One JSON per model
+(``<out>/models/<name>.json``, hypotheses in ``<out>/hyp/``) is written, and with
+``--commit`` git-committed, the moment the model is done; a model whose record exists with
+the same settings is skipped. Then ``frontier.md`` (the table and "which to pick"),
+``pick.json`` and ``frontier_bleu_vs_speed.png`` / ``frontier_bleu_vs_mb.png`` are rendered
+from the records only (``--render-only`` does just that). See
+:mod:`fairseq_shared.experiments.frontier`.
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+
+def _batch_sizes(text):
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(b < 1 for b in sizes):
+        raise argparse.ArgumentTypeError(f"--batch-sizes: '{text}' is not a list of positive "
+                                         "integers such as 1,32")
+    return sizes
+
+
+def _engines(text):
+    from fairseq_shared.experiments.frontier import ENGINES
+
+    engines = [e.strip() for e in text.split(",") if e.strip()]
+    bad = [e for e in engines if e not in ENGINES]
+    if bad or "fairseq" not in engines:
+        raise argparse.ArgumentTypeError(
+            f"--engines: '{text}': allowed {', '.join(ENGINES)}, fairseq always included")
+    return engines
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoints", default="", help="NAME=PATH,NAME=PATH,... (the models)")
+    p.add_argument("--data", help="prepared corpus root (bin/, raw/, spm.model)")
+    p.add_argument("--out", required=True, help="results directory (models/, hyp/, tables)")
+    p.add_argument("--work", default=os.path.join("work", "frontier"),
+                   help="exports and weight files, not committed (default work/frontier)")
+    p.add_argument("--batch-sizes", type=_batch_sizes, default=[1, 32])
+    p.add_argument("--engines", type=_engines, default="fairseq,torchscript,ct2_float32,ct2_int8",
+                   help="engines to measure (default all four; fairseq is the reference)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=1.2)
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1, help="untimed passes per engine")
+    p.add_argument("--repeats", type=int, default=2, help="timed passes per engine")
+    p.add_argument("--sentences", type=int, default=0, help="evenly spaced sentences; 0: all")
+    p.add_argument("--gen-subset", default="test")
+    p.add_argument("--verify-sentences", type=int, default=100,
+                   help="sentences the export's own verification decodes (0: skip)")
+    p.add_argument("--commit", action="store_true",
+                   help="git-commit each model's record the moment it is written")
+    p.add_argument("--redo", action="store_true", help="measure models that have a record")
+    p.add_argument("--render-only", action="store_true",
+                   help="only render the table, plots and pick from <out>/models/*.json")
+    return p
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper())
+    args = build_parser().parse_args(argv)
+    from fairseq_shared.experiments import frontier, frontier_report
+
+    if not args.render_only:
+        if not args.data:
+            print("ERROR: --data is required (a prepared corpus root)", file=sys.stderr)
+            return 2
+        try:
+            checkpoints = frontier.parse_checkpoints(args.checkpoints)
+        except ValueError as e:
+            print(f"ERROR: {e}", file=sys.stderr)
+            return 2
+        if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.beam < 1:
+            print("ERROR: --threads, --repeats and --beam must be >= 1, --warmup >= 0",
+                  file=sys.stderr)
+            return 2
+        repo = None
+        if args.commit:
+            from fairseq_shared.experiments.evidence import results_repository
+
+            repo = results_repository(args.out)
+        settings = frontier.settings_for(args)
+        for name, path in checkpoints.items():
+            old = frontier.load_record(args.out, name)
+            if old and old.get("settings") == settings and not args.redo:
+                print(f"[frontier] {name}: recorded with these settings; skipped",
+                      file=sys.stderr)
+                continue
+            record = frontier.measure_model(
+                name, path, args.data, args.work, settings,
+                progress=lambda m: print(m, file=sys.stderr, flush=True))
+            paths = frontier.write_record(args.out, record)
+            print(f"[frontier] {name}: wrote {paths[0]}", file=sys.stderr)
+            if repo:
+                from fairseq_shared.experiments.evidence import commit
+
+                ok = commit(paths, f"frontier: {name} measured", repo)
+                print(f"[frontier] {'committed' if ok else 'could not commit'} {name}",
+                      file=sys.stderr)
+    paths = frontier_report.render(args.out)
+    if args.commit and not args.render_only:
+        from fairseq_shared.experiments.evidence import commit, results_repository
+
+        commit(list(paths.values()), "frontier: table, plots and pick rendered",
+               results_repository(args.out))
+    with open(paths["md"], encoding="utf-8") as f:
+        print(f.read())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The main job (``make demo``): Bible es->en, a vanilla and a parameter-shared model of the
+same size, decoded with timing, one table.
+
+    .venv/bin/python -m fairseq_shared.cli.main_job [--updates 300] [--threads 2] ...
+
+Stages, each restartable (re-running skips what is done and valid; a killed training resumes
+from fairseq's ``checkpoint_last.pt``):
+
+1. setup    check the environment (torch, fairseq, this package) and print the budget;
+2. corpus   ``python -m fairseq_shared.data.bible --out <work>/bible`` (its own stages skip
+            what is done and valid), or ``--data`` a prepared corpus;
+3. train    vanilla (L+L layers) and cycle_rev (2L+2L layers over L parameter sets per stack:
+            the same parameter count), via :mod:`fairseq_shared.experiments.reproduce`;
+4. decode   both models with fairseq's generator, interleaved timed passes (:mod:`timing`);
+5. table    parameters, BLEU, chrF, decoding tokens/s (+ what was decoded), also written to
+            ``<work>/main_job/main_job.md``.
+
+Budgets come from flags or environment variables (flag wins): ``FS_BUDGET`` (preset, default
+``demo``), ``FS_DIM`` (model width, 128), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (1000),
+``FS_MINUTES`` (cap per model in minutes, 16), ``FS_THREADS`` (training threads, 2),
+``FS_DECODE_THREADS`` (1), ``FS_MAX_TOKENS`` (2048),
+``FS_DECODE_SENTENCES`` (test verses decoded, evenly spaced; 200; 0 = all), ``FS_REPEATS``
+(timed passes, 2), ``FS_WORK`` (work directory, ``work``). The defaults aim at about 30
+minutes on 2 CPU cores.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from fairseq_shared.experiments.corpus import corpus_ready
+
+ENV = {  # flag -> (environment variable, budget key, type)
+    "dim": ("FS_DIM", "dim", int),
+    "layers": ("FS_LAYERS", "L", int),
+    "updates": ("FS_UPDATES", "max_update", int),
+    "minutes": ("FS_MINUTES", "max_minutes", float),
+    "threads": ("FS_THREADS", "threads", int),
+    "max_tokens": ("FS_MAX_TOKENS", "max_tokens", int),
+    "decode_sentences": ("FS_DECODE_SENTENCES", "subset", int),
+    "repeats": ("FS_REPEATS", "repeats", int),
+    "decode_threads": ("FS_DECODE_THREADS", "decode_threads", int),
+}
+CONFIG_NAMES = ("vanilla", "cycle_rev_2L")
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--budget", default=os.environ.get("FS_BUDGET", "demo"),
+                   help="reproduce.py budget preset the values below start from (default demo)")
+    p.add_argument("--work", default=os.environ.get("FS_WORK", "work"),
+                   help="work directory (corpus in <work>/bible, runs in <work>/main_job)")
+    p.add_argument("--data", default=None,
+                   help="use this prepared corpus (bin/, raw/, spm.model) instead of building "
+                   "the Bible corpus")
+    for flag, (env, key, typ) in ENV.items():
+        p.add_argument(f"--{flag.replace('_', '-')}", type=typ, default=None,
+                       help=f"budget '{key}' (env {env})")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    return p
+
+
+def make_budget(args):
+    from fairseq_shared.experiments.configs import load_budget
+
+    budget = load_budget(args.budget)
+    for flag, (env, key, typ) in ENV.items():
+        value = getattr(args, flag)
+        if value is None and os.environ.get(env, "") != "":
+            value = typ(os.environ[env])
+        if value is not None:
+            budget[key] = value
+    if budget.get("subset") == 0:
+        budget["subset"] = None
+    budget["ffn"] = 4 * budget["dim"] if (args.dim or os.environ.get("FS_DIM")) else budget["ffn"]
+    return budget
+
+
+def stage(k, name, t0):
+    print(f"\n=== stage {k}/5: {name} (elapsed {(time.time() - t0) / 60:.1f} min) ===", flush=True)
+
+
+def main(argv=None):
+    t0 = time.time()
+    args = build_parser().parse_args(argv)
+    from fairseq_shared.fairseq_commands import terminate_on_sigterm
+
+    terminate_on_sigterm()
+    stage(1, "setup", t0)
+    import torch
+
+    import fairseq
+    import fairseq_shared
+    from fairseq_shared.experiments.configs import CONFIGS, select_configs
+    from fairseq_shared.experiments.reproduce import reproduce
+    from fairseq_shared.experiments.tables import main_job_table
+
+    budget = make_budget(args)
+    os.environ.setdefault("OMP_NUM_THREADS", str(budget["threads"]))
+    torch.set_num_threads(int(budget["threads"]))
+    print(f"torch {torch.__version__}, fairseq {fairseq.__version__}, fairseq_shared "
+          f"{fairseq_shared.__version__}, {os.cpu_count()} CPUs, using {budget['threads']} threads",
+          flush=True)
+    print("budget: " + ", ".join(f"{k}={v}" for k, v in budget.items()), flush=True)
+
+    stage(2, "corpus", t0)
+    data = args.data or os.path.join(args.work, "bible")
+    cmd = [sys.executable, "-m", "fairseq_shared.data.bible", "--out", data]
+    if args.data:
+        if not corpus_ready(data):
+            raise SystemExit(f"--data {data}: not a prepared corpus (needs bin/, raw/, spm.model)")
+        print(f"using the prepared corpus {data}", flush=True)
+    elif args.dry_run:
+        state = "present" if corpus_ready(data) else "missing"
+        print(f"corpus {state}; would run (its stages skip what is done): {' '.join(cmd)}",
+              flush=True)
+    else:
+        # the corpus builder checks each of its stages (parameters and outputs) and skips
+        # the ones that are done, so it is always run
+        print("running: " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        if not corpus_ready(data):
+            raise SystemExit(f"corpus preparation finished but {data} is incomplete")
+
+    out = os.path.join(args.work, "main_job")
+    configs = select_configs(CONFIGS, ",".join(CONFIG_NAMES), None)
+    if args.dry_run:
+        if corpus_ready(data):
+            reproduce(data, out, budget, configs, dry_run=True)
+        print("dry run: nothing trained", flush=True)
+        return 0
+    stage(3, "train (vanilla, then cycle_rev) and 4: decode", t0)
+    result = reproduce(data, out, budget, configs)
+
+    stage(5, "table", t0)
+    table = main_job_table(result, budget)
+    print(table, flush=True)
+    with open(os.path.join(out, "main_job.md"), "w", encoding="utf-8") as f:
+        f.write(table)
+    print(f"total {(time.time() - t0) / 60:.1f} min; details in {out}/tables.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
