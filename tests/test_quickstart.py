@@ -20,7 +20,7 @@ from fairseq_shared.fairseq_commands import USER_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-CORPUS_BUILDS = ("python -m fairseq_shared.data.bible ", "python -m fairseq_shared.data.bible_lm ")
+CORPUS_BUILDS = ("python -m fairseq_shared.cli.bible ", "python -m fairseq_shared.cli.bible_lm ")
 
 
 def quickstart_commands(title: str):
