@@ -47,7 +47,7 @@ def measure_rss(engine: str, path: str, data: str, threads: int, beam: int) -> D
     """Run in a fresh process (``--_rss``): RSS of one engine holding one model."""
     import ctranslate2  # noqa: F401  (imported before the baseline, for every engine)
 
-    from fairseq_shared.timing import Session, _rss_bytes, select_ids
+    from fairseq_shared.timing import Session, rss_bytes, select_ids
 
     session = Session(data, path if engine == "fairseq" else args_checkpoint(path),
                       ["--beam", str(beam), "--batch-size", "1", "--cpu"], subset=8,
@@ -57,14 +57,14 @@ def measure_rss(engine: str, path: str, data: str, threads: int, beam: int) -> D
     session.dataset = session.task.dataset(cfg.dataset.gen_subset)
     session.ids = select_ids(len(session.dataset), session.subset)
     session._dataset_loaded = True
-    base = _rss_bytes()
+    base = rss_bytes()
     if engine == "fairseq":
         runner = session.load("m", path)
     else:
         runner = CT2Engine(session, path, "int8" if engine == "ct2_int8" else "default", threads)
     runner.run_pass()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"rss_model_mb": (_rss_bytes() - base) / 2**20, "peak_rss_mb": peak / 2**20}
+    return {"rss_model_mb": (rss_bytes() - base) / 2**20, "peak_rss_mb": peak / 2**20}
 
 
 def args_checkpoint(ct2_dir: str) -> str:

@@ -161,11 +161,6 @@ def spm_encode_file(model, src, dst):
     return len(lines)
 
 
-def spm_decode_line(pieces_line):
-    """Sentencepiece pieces (space separated) -> text, as fairseq's post-process does."""
-    return pieces_line.replace(" ", "").replace("\u2581", " ").strip()
-
-
 # --------------------------------------------------------------------------- fairseq
 
 class _DropNamespace:

@@ -72,9 +72,6 @@ def _read_segs(path):
     return out
 
 
-READERS = {"plain": _read_plain, "tags": _read_tags, "segs": _read_segs}
-
-
 def read_text(path):
     path = Path(path)
     if path.suffix in (".xml", ".sgm"):

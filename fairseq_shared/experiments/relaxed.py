@@ -56,10 +56,6 @@ SOURCE = "vanilla_2L"  # the trained model that is converted and whose similarit
 LEARNED_MEASURE = "cka_update"
 
 
-def item_names() -> List[str]:
-    return [name for _, name, _ in ITEMS]
-
-
 # ---------------------------------------------------------------------------- inputs
 def evidence_run_dir(evidence_work: str, name: str, seed: int) -> str:
     return os.path.join(evidence_work, f"runs_s{seed}", name)

@@ -114,17 +114,6 @@ def describe_policy(blocks: Optional[Sequence[int]]) -> str:
     )
 
 
-def blocks_from_leaders(leader_of: Sequence[int]) -> List[int]:
-    """Inverse of :func:`leaders`."""
-    blocks: List[int] = []
-    for i, lead in enumerate(leader_of):
-        if lead == i:
-            blocks.append(1)
-        else:
-            blocks[-1] += 1
-    return blocks
-
-
 def paper_self_policy(num_layers: int) -> List[int]:
     """The paper's 6-layer self-attention policy {1},{2..6} generalised: {1},{2..N}."""
     return [1] if num_layers == 1 else [1, num_layers - 1]

@@ -98,9 +98,6 @@ def valid_set_counts(num_layers: int) -> List[int]:
     return sorted({math.ceil(num_layers / k) for k in range(1, num_layers + 1)})
 
 
-valid_sequence_set_counts = valid_set_counts  # the name before cycle/cycle_rev used it too
-
-
 def _cycle_rev(N: int, M: int) -> List[int]:
     """The authors' cycle_reverse, step by step as their code builds the stack: the M base
     layers, then N - 2M cycled layers (none when N < 2M), then the base layers in reverse

@@ -46,6 +46,3 @@ def drop_ffn(layer: nn.Module) -> None:
     layer.fc2 = ZeroUpdate(layer.embed_dim)
     layer.final_layer_norm = nn.Identity()
 
-
-def has_ffn(layer: nn.Module) -> bool:
-    return not isinstance(layer.fc2, ZeroUpdate)

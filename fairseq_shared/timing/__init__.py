@@ -83,8 +83,8 @@ from fairseq_shared.timing.benchmark import benchmark, benchmark_forced_lengths
 from fairseq_shared.timing.passes import (
     DroppedSentencesError,
     LoadedModel,
-    _PeakRSS,
-    _rss_bytes,
+    PeakRSS,
+    rss_bytes,
     check_counts,
 )
 from fairseq_shared.timing.report import CSV_FIELDS, markdown_table, write_report
@@ -102,5 +102,5 @@ __all__ = [
     "BatchTrace", "BenchmarkReport", "CSV_FIELDS", "DecoderTrace", "DroppedSentencesError", "LoadedModel", "ModelResult",
     "PassResult", "Session", "USER_DIR", "benchmark", "benchmark_forced_lengths",
     "check_counts", "generation_args", "markdown_table", "parse_generation_cfg",
-    "resolve_data", "select_ids", "summarize", "write_report", "_PeakRSS", "_rss_bytes",
+    "resolve_data", "select_ids", "summarize", "write_report", "PeakRSS", "rss_bytes",
 ]

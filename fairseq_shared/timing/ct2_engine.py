@@ -4,7 +4,7 @@ session's sentences in the session's batches, fairseq's length limit, both clock
 import time
 from typing import Dict, List
 
-from fairseq_shared.timing.passes import _PeakRSS, check_counts
+from fairseq_shared.timing.passes import PeakRSS, check_counts
 from fairseq_shared.timing.results import PassResult
 
 
@@ -29,7 +29,7 @@ class CT2Engine:
         gen_seconds = cpu_seconds = 0.0
         tokens = 0
         wall0 = time.perf_counter()
-        with _PeakRSS() as mem:
+        with PeakRSS() as mem:
             for sample in s.batches():
                 src = sample["net_input"]["src_tokens"]
                 limit = min(int(gen.max_len_a * src.size(1) + gen.max_len_b),

@@ -17,18 +17,18 @@ class DroppedSentencesError(RuntimeError):
     """A decoding pass did not translate every requested sentence exactly once."""
 
 
-class _PeakRSS:
+class PeakRSS:
     """Samples this process's resident set size in a thread (CPU peak memory)."""
 
     def __init__(self, interval=0.005):
         self.interval = interval
-        self.peak = self.start = _rss_bytes()
+        self.peak = self.start = rss_bytes()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, _rss_bytes())
+            self.peak = max(self.peak, rss_bytes())
             self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -38,10 +38,10 @@ class _PeakRSS:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, _rss_bytes())
+        self.peak = max(self.peak, rss_bytes())
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -89,7 +89,7 @@ class LoadedModel:
         threads = torch.get_num_threads()
         tracer = DecoderTrace(self.generator) if trace else None
         wall0 = time.perf_counter()
-        with _PeakRSS() as mem, (tracer or contextlib.nullcontext()):
+        with PeakRSS() as mem, (tracer or contextlib.nullcontext()):
             for sample in s.batches(max_batches, longest=longest):
                 sample = utils.move_to_cuda(sample) if s.use_cuda else sample
                 if "net_input" not in sample:
