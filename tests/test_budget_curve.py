@@ -104,8 +104,12 @@ def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, t
         "budget: vanilla_s1 finished", "budget: vanilla_s1 at 30 updates",
         "budget: vanilla_s1 at 10 updates"]
     left = subprocess.run([*git, "status", "--porcelain", "results/milestones", "results/hyps",
-                           "results/runs"], capture_output=True, text=True).stdout
+                           "results/runs", "results/corpus"], capture_output=True, text=True).stdout
     assert left == ""
+    tracked = subprocess.run([*git, "ls-files", "results/corpus"], capture_output=True,
+                             text=True).stdout.split()
+    assert sorted(tracked) == sorted(f"results/corpus/{n}" for n in evidence.CORPUS_FILES), \
+        "the references and lookup baseline the tables read are committed with the milestones"
 
 
 def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):

@@ -124,8 +124,9 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
 
 def milestone_files(results: str, record: Dict) -> List[Path]:
+    """A milestone's record and hypotheses, and the corpus snapshot the tables read them with."""
     return [milestone_path(results, record["name"], record["seed"], record["update"]),
-            Path(results) / record["test"]["hypotheses"]]
+            Path(results) / record["test"]["hypotheses"], *evidence.corpus_files(results)]
 
 
 def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:

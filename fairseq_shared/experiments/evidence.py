@@ -107,9 +107,20 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     return result
 
 
+#: what :func:`snapshot_corpus` copies into ``RESULTS/corpus/``: the tables read the references
+#: and the lookup baseline from there, so every commit of a suite's results carries them.
+CORPUS_FILES = ("test.ref", "audit.json", "audit.md", "lookup.test.hyp")
+
+
+def corpus_files(results: str) -> List[Path]:
+    """The corpus snapshot's files that exist (a suite's commits add them while uncommitted)."""
+    return [p for p in (Path(results) / "corpus" / n for n in CORPUS_FILES) if p.exists()]
+
+
 def evidence_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
     """The files of a finished evidence run besides its result file, and the message."""
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
+    hyps += corpus_files(ctx.results)
     return hyps, (f"evidence: {item.id} finished (BLEU {result['test']['bleu']:.2f}, "
                   f"{result['updates']} updates)" if hyps else f"evidence: {item.id} finished")
 
@@ -132,8 +143,8 @@ def snapshot_corpus(data: str, results: str) -> None:
     if (dst / "test.ref").exists() and (dst / "test.ref").read_bytes() != ref.read_bytes():
         raise SystemExit(f"{dst / 'test.ref'} differs from {ref}: these results belong to "
                          "another corpus; use another --results directory")
-    for src, name in ((ref, "test.ref"), (root / "audit.json", "audit.json"),
-                      (root / "audit.md", "audit.md"), (root / f"lookup.test.{tgt}", "lookup.test.hyp")):
+    sources = (ref, root / "audit.json", root / "audit.md", root / f"lookup.test.{tgt}")
+    for src, name in zip(sources, CORPUS_FILES):
         if not src.exists():
             raise SystemExit(f"{src} is missing: build the corpus with its audit first "
                              "(python -m fairseq_shared.data.bible, or data.audit RAW_DIR)")
