@@ -141,7 +141,7 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     records += [f for by_seed in finals.values() for f in by_seed.values()]
     paired = paired_final(finals, results, refs)
     lines = ["# Budget curves on the clean Bible split", "",
-             f"Produced by `{command}` (one worker per core); regenerated from `milestones/*.json`"
+             f"Produced by `{command}` (one worker at two threads, the plan in README.md); regenerated from `milestones/*.json`"
              " and `runs/*.json` by `python -m fairseq_shared.cli.budget render`. Each milestone "
              "is the test set decoded from the checkpoint at that update; the final column "
              "averages the last interval checkpoints of the run (`average_of` in its file). "
