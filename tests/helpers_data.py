@@ -6,6 +6,7 @@ same trained checkpoints. Everything runs the real fairseq command-line tools wi
 ``OMP_NUM_THREADS=1``.
 """
 
+import json
 import os
 import random
 import subprocess
@@ -91,3 +92,46 @@ def trained_checkpoints(tmp_path_factory) -> Path:
         )
         _CACHE["trained"] = save_dir
     return _CACHE["trained"]
+
+
+# ---- a tiny fake Bible corpus (the shape of fairseq_shared.cli.bible's output) ----
+
+FAKE_BIBLE_WORDS = (
+    "in the beginning god created heaven and earth light was good day night said let "
+    "there be waters under above firmament evening morning"
+).split()
+FAKE_BIBLE_BOOKS = {"train": ["Gen", "Exod"], "valid": ["Acts"], "test": ["John"]}
+FAKE_BIBLE_SIZES = {"train": 300, "valid": 20, "test": 23}
+
+
+def make_fake_bible(root):
+    """raw/SPLIT.{en,ids}, spm.model (trained with a "Spanish" side, so that some pieces never
+    occur in English train), audit.json, decontamination.json, stats.json."""
+    import sentencepiece as spm
+
+    rng = random.Random(3)
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    for split, n in FAKE_BIBLE_SIZES.items():
+        lines = [" ".join(rng.choice(FAKE_BIBLE_WORDS) for _ in range(rng.randint(3, 12)))
+                 .capitalize() + "." for _ in range(n)]
+        if split == "test":
+            lines[0] = "Nathanael said, let there be light."  # pieces only the es side has
+        (raw / f"{split}.en").write_text("".join(l + "\n" for l in lines))
+        books = FAKE_BIBLE_BOOKS[split]
+        (raw / f"{split}.ids").write_text("".join(f"{books[i % len(books)]} 1:{i + 1}\n"
+                                                  for i in range(n)))
+    es = root / "es.txt"
+    es.write_text("Nathanael dijo: sea la luz.\n" * 30 + "En el principio creó Dios.\n" * 30)
+    spm.SentencePieceTrainer.train(input=f"{raw / 'train.en'},{es}", model_prefix=str(root / "spm"),
+                                   vocab_size=70, character_coverage=1.0, minloglevel=2,
+                                   bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False)
+    share = {"50": 0.1, "60": 0.05, "70": 0.0, "80": 0.0, "90": 0.0}
+    (root / "audit.json").write_text(json.dumps({"train_pairs": 300, "splits": {
+        s: {"pairs": FAKE_BIBLE_SIZES[s],
+            "exact_duplicates": {"source": 0, "target": 0, "pair": 0},
+            "near_duplicate_share": share} for s in ("valid", "test")}}))
+    (root / "decontamination.json").write_text(json.dumps(
+        {"duplicate_pairs_dropped": 2, "near_duplicates_removed": 1, "threshold_chrf": 70}))
+    (root / "stats.json").write_text(json.dumps({"test_books": ["John"], "valid_books": ["Acts"]}))
+    return root

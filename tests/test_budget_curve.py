@@ -121,6 +121,11 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
         r["name"], r["label"] = "cycle_rev_2L", "Cycle (rev)"
         r["test"]["bleu"] += 1.0
         path.with_name(path.name.replace("vanilla", "cycle_rev_2L")).write_text(json.dumps(r))
+    # a third with milestones but no final record yet (a run still training)
+    for path in results.glob("milestones/*.json"):
+        r = json.loads(path.read_text())
+        r["name"] = "vanilla_2L_dec1"
+        path.with_name(path.name.replace("vanilla", "vanilla_2L_dec1")).write_text(json.dumps(r))
     paths = budget_report.render(str(results))
     text = Path(paths["tables"]).read_text()
     final = json.loads((results / "runs" / "vanilla_s1.json").read_text())
@@ -132,6 +137,10 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     lookup = json.loads((results / "corpus" / "audit.json").read_text())["splits"]["test"]["lookup"]
     assert f"| {lookup['bleu']:.2f} | {lookup['bleu']:.2f} |" in text
     assert "| vanilla_2L | not run yet |" in text
+    # its label and depth are the configuration's (6+1 under the suite's L = 3), no final yet
+    training = next(l for l in text.splitlines() if "deep encoder" in l)
+    assert training.startswith("| Vanilla, deep encoder 2L / decoder 1 | 6+1 |")
+    assert training.split(" | ")[-3:-1] == ["-", "-"]
     assert final["test"]["bleu_signature"] in text
     assert os.path.getsize(paths["plot"]) > 10000
 

@@ -66,41 +66,47 @@ def test_every_budget_passes_its_own_check():
         check_budget(dict(budget, name=name, L=3))
 
 
-@pytest.mark.parametrize("item,needle", [
+def _load_mt(overrides):
+    return load_budget("tiny", overrides)
+
+
+def _load_lm(overrides):
+    from fairseq_shared.experiments.lm_runs import load_lm_budget
+
+    return load_lm_budget("tiny", overrides)
+
+
+BAD_SET_VALUES = [
     ("max_update=-5", "--set max_update=-5: max_update=-5 is out of range; allowed: an integer >= 1"),
     ("max_update=2.5", "allowed: an integer >= 1"),
     ("max_tokens=0", "max_tokens=0 is out of range"),
-    ("beam=0", "beam=0 is out of range"),
-    ("max_len_b=-5", "allowed: an integer >= 0"),
     ("dropout=1", "allowed: a probability in [0, 1)"),
     ("dropout=-0.1", "allowed: a probability in [0, 1)"),
     ("dropout=nan", "allowed: a probability in [0, 1)"),
     ("lr=0", "allowed: a number > 0"),
+    ("no_such_key=1", "expected KEY=VALUE with KEY one of"),
+]
+MT_ONLY_BAD_SET_VALUES = [
+    ("beam=0", "beam=0 is out of range"),
+    ("max_len_b=-5", "allowed: an integer >= 0"),
     ("subset=0", "allowed: an integer >= 1, or none (all)"),
     ("device=tpu", "allowed: cpu or cuda"),
     ("normalize_before=yes", "allowed: true or false"),
     ("heads=3", "heads=3 does not divide dim=16"),
-    ("no_such_key=1", "expected KEY=VALUE with KEY one of"),
+]
+
+
+@pytest.mark.parametrize("load,item,needle", [
+    *[pytest.param(_load_mt, i, n, id=f"mt-{i}") for i, n in BAD_SET_VALUES + MT_ONLY_BAD_SET_VALUES],
+    *[pytest.param(_load_lm, i, n, id=f"lm-{i}") for i, n in BAD_SET_VALUES],
 ])
-def test_bad_set_values_are_refused_naming_the_value(item, needle):
+def test_bad_set_values_are_refused_naming_the_value(load, item, needle):
+    """MT and LM budgets read --set by the same rules: one line naming the item and the range."""
     with pytest.raises(SystemExit) as e:
-        load_budget("tiny", [item])
+        load([item])
     assert needle in str(e.value) and str(e.value).startswith(f"--set {item}")
     assert "\n" not in str(e.value)
-
-
-@pytest.mark.parametrize("item,needle", [
-    ("max_update=-5", "allowed: an integer >= 1"),
-    ("dropout=1", "allowed: a probability in [0, 1)"),
-    ("no_such_key=1", "expected KEY=VALUE with KEY one of"),
-])
-def test_lm_budgets_refuse_bad_set_values_by_the_same_rules(item, needle):
-    from fairseq_shared.experiments.lm_runs import load_lm_budget
-
-    with pytest.raises(SystemExit) as e:
-        load_lm_budget("tiny", [item])
-    assert needle in str(e.value) and str(e.value).startswith(f"--set {item}")
-    assert load_lm_budget("tiny", ["max_update=7"])["max_update"] == 7
+    assert load(["max_update=7"])["max_update"] == 7
 
 
 def test_good_set_values_are_read_as_their_types():

@@ -5,50 +5,13 @@ checkpoint), and the table rendered from the written files."""
 import json
 import math
 import os
-import random
 
 import pytest
 
 from fairseq_shared.data import bible_lm
 from fairseq_shared.experiments import lm_evidence, lm_report, lm_runs
 from fairseq_shared.experiments.lm_baselines import load_split, write_baselines
-
-WORDS = "in the beginning god created heaven and earth light was good day night said let " \
-        "there be waters under above firmament evening morning".split()
-BOOKS = {"train": ["Gen", "Exod"], "valid": ["Acts"], "test": ["John"]}
-SIZES = {"train": 300, "valid": 20, "test": 23}
-
-
-def make_fake_bible(root):
-    """raw/SPLIT.{en,ids}, spm.model (trained with a "Spanish" side, so that some pieces never
-    occur in English train), audit.json, decontamination.json, stats.json."""
-    import sentencepiece as spm
-
-    rng = random.Random(3)
-    raw = root / "raw"
-    raw.mkdir(parents=True)
-    for split, n in SIZES.items():
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))).capitalize() + "."
-                 for _ in range(n)]
-        if split == "test":
-            lines[0] = "Nathanael said, let there be light."  # pieces only the es side has
-        (raw / f"{split}.en").write_text("".join(l + "\n" for l in lines))
-        books = BOOKS[split]
-        (raw / f"{split}.ids").write_text("".join(f"{books[i % len(books)]} 1:{i + 1}\n"
-                                                  for i in range(n)))
-    es = root / "es.txt"
-    es.write_text("Nathanael dijo: sea la luz.\n" * 30 + "En el principio creó Dios.\n" * 30)
-    spm.SentencePieceTrainer.train(input=f"{raw / 'train.en'},{es}", model_prefix=str(root / "spm"),
-                                   vocab_size=70, character_coverage=1.0, minloglevel=2,
-                                   bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False)
-    share = {"50": 0.1, "60": 0.05, "70": 0.0, "80": 0.0, "90": 0.0}
-    (root / "audit.json").write_text(json.dumps({"train_pairs": 300, "splits": {
-        s: {"pairs": SIZES[s], "exact_duplicates": {"source": 0, "target": 0, "pair": 0},
-            "near_duplicate_share": share} for s in ("valid", "test")}}))
-    (root / "decontamination.json").write_text(json.dumps(
-        {"duplicate_pairs_dropped": 2, "near_duplicates_removed": 1, "threshold_chrf": 70}))
-    (root / "stats.json").write_text(json.dumps({"test_books": ["John"], "valid_books": ["Acts"]}))
-    return root
+from helpers_data import FAKE_BIBLE_SIZES, make_fake_bible
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +28,7 @@ def test_corpus_keeps_the_split_and_tokenizes_with_the_corpus_spm(corpus):
 
     bible, out, stats = corpus
     sp = spm.SentencePieceProcessor(model_file=str(bible / "spm.model"))
-    for split, n in SIZES.items():
+    for split, n in FAKE_BIBLE_SIZES.items():
         raw = (bible / "raw" / f"{split}.en").read_text().splitlines()
         tok = (out / "tok" / f"{split}.en").read_text().splitlines()
         assert tok == [" ".join(sp.encode(l, out_type=str)) for l in raw]

@@ -82,7 +82,7 @@ def test_translation_quickstart_runs_as_written(tmp_path):
 
 def test_language_model_quickstart_runs_as_written(tmp_path):
     from fairseq_shared.data import bible_lm
-    from test_lm_evidence import make_fake_bible
+    from helpers_data import make_fake_bible
 
     bible = make_fake_bible(tmp_path / "bible")
     bible_lm.build(bible, tmp_path / "bible_lm")

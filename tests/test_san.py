@@ -347,6 +347,42 @@ def test_convert_policy_round_trip(share):
         assert torch.equal(same(src, lengths, prev)[0], san(src, lengths, prev)[0])
 
 
+def _perturb_deltas(model, seed=3):
+    """Non-zero B of every low-rank delta, so that merged weights differ from W_set."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.1)
+
+
+def test_convert_policy_moves_relaxed_weights_between_tied_and_untied_layouts():
+    extra = CYCLE_REV + ["--decoder-share-lora-rank", "2"]
+    san, task = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=5)
+    _perturb_deltas(san)
+    # layer 0's cross out_proj is tied to layer 5's (same set, both keep it under "context")
+    old_out = san.decoder.layers[0].encoder_attn.out_proj.weight.detach().clone()
+    assert hasattr(san.decoder.layers[0].encoder_attn.out_proj, "parametrizations")
+    # under "output" reuse layer 5 follows and has no out_proj: layer 0's is untied, plain
+    other, _ = tiny(san_flags("2,4", "3,3", "output", extra), seed=6)
+    convert_model(san, other)
+    out_proj = other.decoder.layers[0].encoder_attn.out_proj
+    assert not hasattr(out_proj, "parametrizations")
+    assert torch.equal(out_proj.weight, old_out)  # W_set + B A of the old layer, merged
+    # and back: a relaxed weight started from a plain one computes the same (B = 0)
+    again, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=7)
+    convert_model(other, again)
+    assert torch.equal(again.decoder.layers[0].encoder_attn.out_proj.weight, old_out)
+    incremental, full, _ = incremental_vs_full(again, task)
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+    # an unchanged policy keeps every delta, so the outputs are identical
+    same, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=11)
+    convert_model(san, same)
+    src, lengths, prev = random_batch(task)
+    with torch.no_grad():
+        assert torch.equal(same(src, lengths, prev)[0], san(src, lengths, prev)[0])
+
+
 def test_collect_attention_records_every_layer():
     model, task = tiny(san_flags("1,5", "2,2,2", "output"))
     src, lengths, prev = random_batch(task)

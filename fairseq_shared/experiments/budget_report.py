@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.budget_curve import NAMES
+from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
 from fairseq_shared.experiments.evidence_report import fmt_spread, paired_bootstrap, read_lines
 from fairseq_shared.experiments.plots import save_panels
 
@@ -34,6 +35,16 @@ def load(results: str):
         r = json.loads(path.read_text(encoding="utf-8"))
         finals[r["name"]][r["seed"]] = r
     return stages, finals
+
+
+def describe(name: str, final: List[Dict]):
+    """(label, "enc+dec" layers) of a configuration: from its final record, else (a run with
+    milestones only) from its declaration under the suite's budget."""
+    if final:
+        return final[0]["label"], f"{final[0]['N']}+{final[0]['decoder_N']}"
+    config = select_configs(CONFIGS, name, None)[0]
+    encoder, decoder = depths(config, load_budget("budget_curve")["L"])
+    return config.get("label", name), f"{encoder}+{decoder}"
 
 
 def _cell(values: List[float]) -> str:
@@ -62,8 +73,7 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
             continue
         some = next(iter(stages[name][seeds[0]].values()), None) or finals[name][seeds[0]]
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
-        label = final[0]["label"] if final else name
-        layers = f"{final[0]['N']}+{final[0]['decoder_N']}" if final else "-"
+        label, layers = describe(name, final)
         row = [label, layers, f"{some['params']:,}", str(len(seeds))]
         for k in updates:
             row.append(_cell([stages[name][s][k]["test"][metric] for s in seeds

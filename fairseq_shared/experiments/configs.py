@@ -10,7 +10,7 @@ import json
 import math
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 # N and M are "L" multiples ("L", "2L", "3L", "L/2" = ceil(L/2)) or plain integers.
 # strategy/scope apply to both stacks (each stack on its own, as in Takase & Kiyono).
@@ -261,6 +261,12 @@ def resolve_count(expr, L: int) -> int:
         mult = int(m.group(1) or 1)
         return max(1, math.ceil(mult * L / int(m.group(2) or 1)))
     return int(expr)
+
+
+def depths(config: Dict, L: int) -> Tuple[int, int]:
+    """(encoder layers, decoder layers) of ``config`` at base depth ``L``."""
+    N = config.get("N", "L")
+    return resolve_count(N, L), resolve_count(config.get("decoder_N", N), L)
 
 
 def select_configs(configs: List[Dict], names: Optional[str], tables: Optional[str]) -> List[Dict]:

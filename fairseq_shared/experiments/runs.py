@@ -7,7 +7,7 @@ import os
 import statistics
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.configs import resolve_count
+from fairseq_shared.experiments.configs import depths, resolve_count
 from fairseq_shared.experiments.corpus import corpus_paths
 from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.sharing.assignment import DEFAULT_SCOPE, DEFAULT_STRATEGY, M_STRATEGIES
@@ -21,8 +21,7 @@ class Run:
         self.name = config["name"]
         self.dir = os.path.join(runs_dir or os.path.join(out, "runs"), self.name)
         L = budget["L"]
-        self.N = resolve_count(config.get("N", "L"), L)
-        self.dec_N = resolve_count(config.get("decoder_N", config.get("N", "L")), L)
+        self.N, self.dec_N = depths(config, L)
         self.M = resolve_count(config.get("M", "L"), L)
         self.strategy = config.get("strategy", DEFAULT_STRATEGY)
         self.scope = config.get("scope", DEFAULT_SCOPE)

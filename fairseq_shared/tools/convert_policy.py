@@ -27,6 +27,7 @@ import torch.nn as nn
 from fairseq_shared import checkpoint_io
 from fairseq_shared.models.architectures import MODEL
 from fairseq_shared.san.policy import format_policy, leaders
+from fairseq_shared.sharing.lora import logical_name, position_state
 from fairseq_shared.tools.checkpoints import Takes, open_checkpoint, rebuilt
 
 logger = logging.getLogger("fairseq_shared.convert_policy")
@@ -39,6 +40,11 @@ _LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)$")
 def _full_state(model: nn.Module) -> Dict[str, torch.Tensor]:
     """Every name, tied aliases included (nn.Module's state_dict, not the de-duplicated one)."""
     return dict(nn.Module.state_dict(model))
+
+
+def _layer_state(state: Dict[str, torch.Tensor], stack: str, index: int) -> Dict[str, torch.Tensor]:
+    prefix = f"{stack}.layers.{index}."
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def _old_leader(model, stack: str, sub: str, index: int) -> int:
@@ -56,34 +62,52 @@ def _sets(model, stack: str, num_layers: int):
     return list(sharing.assignment) if sharing is not None else list(range(num_layers))
 
 
-def convert_model(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
-    """Load ``old_model``'s weights into ``new_model`` (built with another SAN policy)."""
-    old = _full_state(old_model)
-    new_keys = list(_full_state(new_model).keys())
-    state: Dict[str, torch.Tensor] = {}
-    for key in new_keys:
-        if key in old:
-            state[key] = old[key]
+def _sources(old_model, new_model, stack: str, index: int, name: str):
+    """The old layers a parameter the old layer ``index`` lacks is started from, in order."""
+    n = len(getattr(old_model, stack).layers)
+    sets = _sets(new_model, stack, n)
+    sub = "cross" if name.startswith("encoder_attn") else "self"
+    same_set = [j for j in range(n) if sets[j] == sets[index] and j != index]
+    return same_set + [_old_leader(old_model, stack, sub, index)]
+
+
+def _convert_layer(old, old_model, new_model, stack: str, index: int, target):
+    """The new layer ``index``'s tensors, each in the new layout (plain or relaxed:
+    :func:`~fairseq_shared.sharing.lora.position_state`) from the old layer itself or,
+    for what it did not have, from the first of :func:`_sources` that has it."""
+    out = position_state(_layer_state(old, stack, index), (), target)
+    for name in target:
+        if name in out:
             continue
-        m = _LAYER.match(key)
-        if m is None:
-            raise KeyError(f"{key}: not in the old model and not a layer parameter")
-        stack, index, rest = m.group(1), int(m.group(2)), m.group(3)
-        n = len(getattr(old_model, stack).layers)
-        sets = _sets(new_model, stack, n)
-        candidates = [j for j in range(n) if sets[j] == sets[index] and j != index]
-        sub = "cross" if rest.startswith("encoder_attn") else "self"
-        candidates.append(_old_leader(old_model, stack, sub, index))
-        for j in candidates:
-            source = f"{stack}.layers.{j}.{rest}"
-            if source in old:
-                state[key] = old[source].clone()
+        for j in _sources(old_model, new_model, stack, index, logical_name(name)):
+            found = position_state(_layer_state(old, stack, j), (), target)
+            if name in found:
+                out[name] = found[name].clone()
                 break
         else:
-            raise KeyError(f"{key}: no layer of the old model holds '{rest}' to start it from")
-    # tied aliases follow their owner
+            raise KeyError(f"{stack}.layers.{index}.{name}: no layer of the old model holds "
+                           f"'{logical_name(name)}' to start it from")
+    return out
+
+
+def convert_model(old_model: nn.Module, new_model: nn.Module) -> nn.Module:
+    """Load ``old_model``'s weights into ``new_model`` (built with another SAN policy)."""
+    old, new = _full_state(old_model), _full_state(new_model)
+    state: Dict[str, torch.Tensor] = {}
+    for key in new:
+        if _LAYER.match(key) is None:
+            if key not in old:
+                raise KeyError(f"{key}: not in the old model and not a layer parameter")
+            state[key] = old[key]
+    for stack in ("encoder", "decoder"):
+        for index in range(len(getattr(new_model, stack).layers)):
+            target = _layer_state(new, stack, index)
+            layer = _convert_layer(old, old_model, new_model, stack, index, target)
+            state.update({f"{stack}.layers.{index}.{k}": v for k, v in layer.items()})
+    # tied aliases follow their owner; the sharing markers say the state is in the new layout
     for alias in getattr(new_model, "tied_aliases", {}):
         state.pop(alias, None)
+    state.update({k: v for k, v in new_model.state_dict().items() if k not in new})
     new_model.load_state_dict(state, strict=True)
     return new_model
 
