@@ -132,6 +132,41 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     assert (out / "frontier.md").read_text() == table
 
 
+def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path):
+    import shutil
+
+    from fairseq_shared.experiments import frontier_report
+    from fairseq_shared.timing import machine
+
+    out, _ = frontier_run
+    table = (out / "frontier.md").read_text()
+    here = machine.describe()
+    assert f"Measured on one machine boot: {here['host']}, {here['cpu_model']}" in table
+    v, c = _record(out, "vanilla"), _record(out, "cycle_rev")
+    assert v["machine"] == c["machine"] == here
+    row = next(l for l in table.splitlines() if l.startswith("| cycle_rev | fairseq |"))
+    ratio = (c["engines"]["fairseq"]["batch"]["1"]["cpu_tokens_per_s"]
+             / v["engines"]["fairseq"]["batch"]["1"]["cpu_tokens_per_s"])
+    assert f"| x{ratio:.2f} |" in row
+    assert "| x1.00 |" in next(l for l in table.splitlines() if l.startswith("| vanilla | fairseq |"))
+    # a record of another boot (another session's machine): no ratio, no "fastest"
+    other = tmp_path / "results"
+    shutil.copytree(out, other)
+    c["machine"] = dict(here, boot_id="another-boot-0000")
+    (other / "models" / "cycle_rev.json").write_text(json.dumps(c))
+    frontier_report.render(str(other))
+    mixed = (other / "frontier.md").read_text()
+    assert "**Measured in 2 machine boots**" in mixed and "boot another" in mixed
+    row = next(l for l in mixed.splitlines() if l.startswith("| cycle_rev | fairseq |"))
+    assert "| x" not in row
+    made = [{"model": m, "engine": "fairseq", "bleu": 20.0, "disk_bytes": 1e6, "boot": boot,
+             "batch": {"1": {"cpu_tokens_per_s": t}}} for m, t, boot in (("a", 100, "x"),
+                                                                         ("b", 300, "y"))]
+    choice = frontier_report.pick(made)
+    assert choice["fastest"] == {} and "more than one machine boot" in choice["fastest_refused"]
+    assert frontier_report.pick(made[:1])["fastest"]["1"]["option"] == "a / fairseq"
+
+
 def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
     from fairseq_shared.experiments.drivers import frontier
 

@@ -171,8 +171,11 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
         export_info = _export(name, checkpoint, data, work, settings)
     else:
         export_info = {"exportable": None, "reason": "not asked for (--engines)"}
+    from fairseq_shared.timing import machine
+
     record: Dict = {"schema": SCHEMA, "model": name, "checkpoint": os.path.abspath(checkpoint),
-                    "settings": settings, "export": export_info, "engines": {}}
+                    "settings": settings, "machine": machine.describe(),
+                    "export": export_info, "engines": {}}
     for engine in ENGINES:
         record["engines"][engine] = {"available": True, "batch": {}}
     sessions, runners = _engines(name, checkpoint, data, settings, export_info)

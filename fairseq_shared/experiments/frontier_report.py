@@ -8,8 +8,10 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.frontier import ENGINES
 from fairseq_shared.markdown import fmt
+from fairseq_shared.timing.machine import boot_key
 
 TOLERANCE = 0.5  # BLEU below the best that still counts as "as good"
+ANCHOR = "vanilla"  # the model whose eager fairseq speed is x1.00 (the driver's --anchor)
 
 
 def load_records(out: str) -> List[Dict]:
@@ -33,10 +35,40 @@ def options(records: List[Dict]) -> List[Dict]:
             ref = e["batch"].get(sizes[0]) or next(iter(e["batch"].values()))
             rows.append({
                 "model": rec["model"], "engine": engine, "params": rec.get("params"),
+                "boot": boot_key(rec.get("machine")),
                 "bleu": ref["bleu"], "chrf": ref["chrf"], "disk_bytes": e.get("disk_bytes"),
                 "batch": {bs: e["batch"][bs] for bs in sizes if bs in e["batch"]},
             })
     return rows
+
+
+def speed_ratios(rows: List[Dict], anchor: str) -> Dict[tuple, Dict[str, Optional[float]]]:
+    """``{(model, engine): {batch size: CPU tok/s over the anchor's eager fairseq}}``, only
+    where the anchor was measured in the same machine boot (else None: not comparable)."""
+    base = next((r for r in rows if r["model"] == anchor and r["engine"] == "fairseq"), None)
+    out = {}
+    for r in rows:
+        cells = {}
+        for bs, c in r["batch"].items():
+            ref = base["batch"].get(bs, {}).get("cpu_tokens_per_s") if base else None
+            same = base is not None and r.get("boot") == base.get("boot")
+            mine = c.get("cpu_tokens_per_s")
+            cells[bs] = mine / ref if same and ref and mine else None
+        out[(r["model"], r["engine"])] = cells
+    return out
+
+
+def boots(records: List[Dict]) -> List[str]:
+    """One line per machine boot the records were measured in (which models, on what)."""
+    groups: Dict[tuple, List[str]] = {}
+    for rec in records:
+        groups.setdefault(boot_key(rec.get("machine")), []).append(rec["model"])
+    lines = []
+    for (host, cpu, boot), models in groups.items():
+        where = (f"{host}, {cpu}, boot {boot[:8]}" if boot else
+                 "a machine the record does not name (measured before records named it)")
+        lines.append(f"{where}: {', '.join(models)}")
+    return lines
 
 
 def unavailable(records: List[Dict]) -> List[str]:
@@ -55,6 +87,10 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     out = {"tolerance_bleu": tolerance, "best_bleu": {"option": label(best), "bleu": best["bleu"]},
            "within_tolerance": [label(r) for r in near], "fastest": {}}
     sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
+    if len({r.get("boot") for r in near}) > 1:
+        out["fastest_refused"] = ("the options were timed in more than one machine boot; "
+                                  "measure them in one run to compare their speed")
+        sizes = []
     for bs in sizes:
         timed = [r for r in near if r["batch"].get(bs, {}).get("cpu_tokens_per_s")]
         if timed:
@@ -68,11 +104,14 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     return out
 
 
-def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict]) -> str:
+def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
+             anchor: str = ANCHOR) -> str:
     if not records:
         return "# Frontier\n\nNo model records yet.\n"
     st = records[0]["settings"]
     sizes = [str(b) for b in st["batch_sizes"]]
+    ratios = speed_ratios(rows, anchor)
+    machines = boots(records)
     lines = [
         "# Speed / size / quality frontier", "",
         f"Rendered from `models/*.json` by `python -m fairseq_shared.cli.frontier --render-only`."
@@ -85,17 +124,25 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict]) -> s
         "(fairseq's search; TorchScript's is the same search when its hypotheses are "
         "identical), ms/step: CPU milliseconds per decoder step. BLEU/chrF at batch "
         f"{sizes[0]}. identical: hypotheses equal to fairseq's at every batch size (engines "
-        "that claim exactness).", "",
+        "that claim exactness). x{anchor}: CPU tok/s over {anchor}'s eager fairseq at the "
+        "same batch size, given only for records measured in the same machine boot."
+        .replace("{anchor}", anchor), "",
+        ("Measured on one machine boot: " + machines[0] if len(machines) == 1 else
+         f"**Measured in {len(machines)} machine boots**; speeds compare only within one: "
+         + "; ".join(machines)), "",
         "| model | engine | BLEU | chrF | MB | " + " | ".join(
-            f"tok/s b={b} | steps b={b} | ms/step b={b}" for b in sizes) + " | identical |",
-        "|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(sizes) + "---|",
+            f"tok/s b={b} | x{anchor} b={b} | steps b={b} | ms/step b={b}" for b in sizes)
+        + " | identical |",
+        "|---|---|---:|---:|---:|" + "---:|---:|---:|---:|" * len(sizes) + "---|",
     ]
     for r in rows:
         cells = []
         for bs in sizes:
             c = r["batch"].get(bs, {})
+            ratio = ratios[(r["model"], r["engine"])].get(bs)
             cells.append(f"{fmt(c.get('cpu_tokens_per_s'), '.1f')} "
                          f"({fmt(c.get('wall_tokens_per_s'), '.1f')}) | "
+                         f"{'x' + format(ratio, '.2f') if ratio else '-'} | "
                          f"{fmt(c.get('steps'), 'd')} | {fmt(c.get('cpu_ms_per_step'), '.2f')}")
         same = [c for c in r["batch"].values() if "identical" in c]
         ident = ("-" if r["engine"] == "fairseq" else
@@ -111,6 +158,8 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict]) -> s
         lines += ["", f"## Which to pick (within {choice['tolerance_bleu']} BLEU of the best)", "",
                   f"- best BLEU: {choice['best_bleu']['option']} "
                   f"({choice['best_bleu']['bleu']:.2f})"]
+        if "fastest_refused" in choice:
+            lines.append(f"- fastest: not given: {choice['fastest_refused']}")
         for bs, f in choice["fastest"].items():
             lines.append(f"- fastest at batch {bs}: {f['option']} ({f['bleu']:.2f} BLEU, "
                          f"{f['cpu_tokens_per_s']:.1f} CPU tok/s)")
@@ -177,14 +226,14 @@ def _legend(ax, models, colors, markers):
     ax.legend(handles=handles, fontsize=7)
 
 
-def render(out: str) -> Dict[str, str]:
+def render(out: str, anchor: str = ANCHOR) -> Dict[str, str]:
     """``frontier.md``, ``pick.json`` and the two plots in ``out``, from its records."""
     records = load_records(out)
     rows = options(records)
     choice = pick(rows)
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
     with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(markdown(records, rows, choice))
+        f.write(markdown(records, rows, choice, anchor))
     with open(paths["pick"], "w", encoding="utf-8") as f:
         json.dump(choice, f, indent=1)
     if rows:

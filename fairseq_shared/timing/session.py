@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fairseq_shared.fairseq_commands import USER_DIR
+from fairseq_shared.timing import machine
 from fairseq_shared.timing.passes import DroppedSentencesError, LoadedModel
 
 
@@ -283,15 +284,9 @@ class Session:
         import fairseq
         import sacrebleu
 
-        cpu_name = ""
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpu_name = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-        except OSError:
-            pass
         return {
             "device": torch.cuda.get_device_name() if self.use_cuda else "cpu",
-            "cpu_model": cpu_name or platform.processor(),
+            "cpu_model": machine.cpu_model(),
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),

@@ -2,7 +2,7 @@
 
     python -m fairseq_shared.cli.frontier --data work/bible_clean --out results/frontier \\
         --checkpoints vanilla=ckpt/v/checkpoint_last.pt,cycle_rev=ckpt/c/checkpoint_last.pt \\
-        [--batch-sizes 1,32] [--beam 4] [--threads 1] [--repeats 2] [--commit]
+        [--batch-sizes 1,32] [--beam 4] [--threads 1] [--repeats 2] [--anchor vanilla] [--commit]
 
 Each model is decoded on the whole test set (``--sentences N``: N evenly spaced) by eager
 fairseq, TorchScript and CTranslate2 float32/int8 (SAN and anything else that does not
@@ -68,6 +68,9 @@ def build_parser():
     p.add_argument("--commit", action="store_true",
                    help="git-commit each model's record the moment it is written")
     p.add_argument("--redo", action="store_true", help="measure models that have a record")
+    p.add_argument("--anchor", default="vanilla",
+                   help="the model whose eager fairseq speed the table's ratios divide by "
+                        "(default vanilla); ratios only within one machine boot")
     p.add_argument("--render-only", action="store_true",
                    help="only render the table, plots and pick from <out>/models/*.json")
     return p
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
                 ok = commit(paths, f"frontier: {name} measured", repo)
                 print(f"[frontier] {'committed' if ok else 'could not commit'} {name}",
                       file=sys.stderr)
-    paths = frontier_report.render(args.out)
+    paths = frontier_report.render(args.out, args.anchor)
     if args.commit and not args.render_only:
         from fairseq_shared.experiments.evidence import commit, results_repository
 
