@@ -28,7 +28,8 @@ def frontier_run(toy, ckpts, san_checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("frontier")
     common = ["--data", toy, "--out", str(out / "results"), "--work", str(out / "work"),
               "--batch-sizes", "1,3", "--beam", "2", "--max-len-a", "1", "--max-len-b", "5",
-              "--warmup", "0", "--repeats", "2", "--sentences", str(SENTENCES),
+              "--warmup", "1", "--warmup-batches", "1", "--repeats", "2",
+              "--sentences", str(SENTENCES),
               "--verify-sentences", "3"]
     argv = ["--checkpoints", f"vanilla={ckpts['vanilla']},cycle_rev={ckpts['cycle_rev_2L']}",
             *common]
@@ -117,6 +118,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     table = (out / "frontier.md").read_text()
     assert "| cycle_rev | ct2_int8 |" in table and "Which to pick" in table
+    assert "1 warm-up (the longest 1 batches) + 2 timed passes" in table
     # the pick on hand-made options: 0.5 BLEU tolerance
     made = [{"model": m, "engine": "fairseq", "bleu": b, "disk_bytes": d,
              "batch": {"1": {"cpu_tokens_per_s": t}}}
@@ -174,6 +176,9 @@ def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
         assert frontier.main(["--checkpoints", spec, "--data", str(tmp_path),
                               "--out", str(tmp_path / "o")]) == 2
         assert msg in capsys.readouterr().err
+    assert frontier.main(["--checkpoints", f"a={__file__}", "--data", str(tmp_path),
+                          "--out", str(tmp_path / "o"), "--warmup-batches", "0"]) == 2
+    assert "--warmup-batches 0: allowed an integer >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         frontier.main(["--out", str(tmp_path), "--engines", "ct2_float32"])
     assert "fairseq always included" in capsys.readouterr().err

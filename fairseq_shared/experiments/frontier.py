@@ -194,9 +194,11 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
             order = live[k % len(live):] + live[:k % len(live)]
             for engine, runner in order:
                 torch.set_num_threads(settings["threads"])
-                result, outputs = runner.run_pass()
-                if k < settings["warmup"]:
+                if k < settings["warmup"]:  # the longest batches warm up as well as all
+                    few = settings.get("warmup_batches")
+                    runner.run_pass(max_batches=few, check=few is None, longest=True)
                     continue
+                result, outputs = runner.run_pass()
                 passes[engine].append(result)
                 first.setdefault(engine, outputs)
                 progress(f"[frontier] {name} b={bs} pass {k + 1 - settings['warmup']}/"
@@ -233,6 +235,7 @@ def settings_for(args) -> Dict:
     return {"beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
             "max_len_b": args.max_len_b, "batch_sizes": list(args.batch_sizes),
             "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
+            "warmup_batches": args.warmup_batches,
             "sentences": args.sentences, "subset": args.gen_subset,
             "engines": list(args.engines),
             "verify_sentences": args.verify_sentences}

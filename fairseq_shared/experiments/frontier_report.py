@@ -118,7 +118,9 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         f" Each model: the `{st['subset']}` set ({records[0].get('sentences')} sentences), beam "
         f"{st['beam']}, lenpen {st['lenpen']}, max length {st['max_len_a']} x source + "
         f"{st['max_len_b']}, {st['threads']} thread, batch sizes {', '.join(sizes)}; "
-        f"{st['warmup']} warm-up + {st['repeats']} timed passes per engine, interleaved across "
+        f"{st['warmup']} warm-up"
+        + (f" (the longest {st['warmup_batches']} batches)" if st.get("warmup_batches") else "")
+        + f" + {st['repeats']} timed passes per engine, interleaved across "
         "the model's engines. tok/s: output tokens (EOS included) per second of CPU time "
         "(the median pass), wall clock in brackets. steps: decoder steps of one pass "
         "(fairseq's search; TorchScript's is the same search when its hypotheses are "

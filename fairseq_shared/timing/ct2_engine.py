@@ -2,7 +2,7 @@
 session's sentences in the session's batches, fairseq's length limit, both clocks."""
 
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from fairseq_shared.timing.passes import PeakRSS, check_counts
 from fairseq_shared.timing.results import PassResult
@@ -23,14 +23,16 @@ class CT2Engine:
             [m.max_decoder_positions() for m in session.models]
             or [session.task.cfg.max_target_positions])
 
-    def run_pass(self):
+    def run_pass(self, max_batches: Optional[int] = None, check: bool = True,
+                 longest: bool = False):
+        """One pass (``max_batches``/``longest``: as :meth:`LoadedModel.run_pass`'s)."""
         s, gen = self.session, self.session.cfg.generation
         outputs: Dict[int, List[int]] = {}
         gen_seconds = cpu_seconds = 0.0
         tokens = 0
         wall0 = time.perf_counter()
         with PeakRSS() as mem:
-            for sample in s.batches():
+            for sample in s.batches(max_batches, longest=longest):
                 src = sample["net_input"]["src_tokens"]
                 limit = min(int(gen.max_len_a * src.size(1) + gen.max_len_b),
                             self.max_positions - 1)  # fairseq's SequenceGenerator limit
@@ -41,7 +43,8 @@ class CT2Engine:
                 for sid, (ids, _) in zip(sample["id"].tolist(), hyps):
                     outputs[sid] = ids
                     tokens += len(ids)
-        check_counts(s.ids, outputs, name=self.decoder.model_dir)
+        if check:
+            check_counts(s.ids, outputs, name=self.decoder.model_dir)
         wall = time.perf_counter() - wall0
         return PassResult(gen_seconds, wall, len(outputs), tokens, mem.peak / 2**20,
                           (mem.peak - mem.start) / 2**20, cpu_seconds), outputs

@@ -60,6 +60,8 @@ def build_parser():
     p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1, help="untimed passes per engine")
+    p.add_argument("--warmup-batches", type=int, default=None,
+                   help="a warm-up pass decodes only the N longest batches (default: all)")
     p.add_argument("--repeats", type=int, default=2, help="timed passes per engine")
     p.add_argument("--sentences", type=int, default=0, help="evenly spaced sentences; 0: all")
     p.add_argument("--gen-subset", default="test")
@@ -93,6 +95,10 @@ def main(argv=None) -> int:
         if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.beam < 1:
             print("ERROR: --threads, --repeats and --beam must be >= 1, --warmup >= 0",
                   file=sys.stderr)
+            return 2
+        if args.warmup_batches is not None and args.warmup_batches < 1:
+            print(f"ERROR: --warmup-batches {args.warmup_batches}: allowed an integer >= 1 "
+                  "(or leave it out: warm up on every batch)", file=sys.stderr)
             return 2
         repo = None
         if args.commit:
