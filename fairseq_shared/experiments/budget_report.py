@@ -106,10 +106,9 @@ def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
 
 
 def plot(stages, out: Path) -> Optional[str]:
-    import matplotlib
+    from fairseq_shared.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not stages:
         return None

@@ -131,10 +131,9 @@ def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: st
 
 
 def plot_curves(runs: Dict[str, List[Dict]], out: Path) -> Optional[str]:
-    import matplotlib
+    from fairseq_shared.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not runs:
         return None

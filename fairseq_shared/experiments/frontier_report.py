@@ -175,13 +175,9 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
 
 
 def plots(rows: List[Dict], out: str) -> List[str]:
-    import logging
+    from fairseq_shared.plotting import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     markers = dict(zip(ENGINES, ("o", "s", "^", "v")))
     models = sorted({r["model"] for r in rows})

@@ -93,10 +93,9 @@ def header(corpus: Optional[Dict], baselines: Optional[Dict], runs: Dict) -> Lis
 
 
 def plot_curves(runs: Dict[str, List[Dict]], baselines: Optional[Dict], out: Path) -> Optional[str]:
-    import matplotlib
+    from fairseq_shared.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if not any(r["curve"] for rs in runs.values() for r in rs):
         return None

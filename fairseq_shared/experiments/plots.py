@@ -4,15 +4,11 @@ finish of the suites' two-panel curve figures."""
 import os
 from typing import Dict, List
 
+
 def plot(rows: List[Dict], out: str) -> List[str]:
-    import logging
+    from fairseq_shared.plotting import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves root at DEBUG
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     paths = []
     for xkey, xlabel, fname in (("params", "unique parameters", "bleu_vs_params.png"),
                                 ("decode_tokens_per_s", "decoding speed (output tokens/s)",

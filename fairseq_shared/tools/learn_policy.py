@@ -194,10 +194,9 @@ def format_sweep(table: Dict[str, Dict[str, Dict[str, str]]]) -> str:
 
 
 def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
-    import matplotlib
+    from fairseq_shared.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     kinds = [k for k in KINDS if k in js]
     fig, axes = plt.subplots(1, len(kinds), figsize=(3.6 * len(kinds), 3.6))

@@ -153,10 +153,9 @@ def flag_line(patterns: Dict[str, Dict[str, List[int]]], grouping: str) -> str:
 # ---------------------------------------------------------------------------- output
 def plot(matrices: Dict[str, Dict[str, torch.Tensor]], patterns, measure: str, path: str,
          title: str = "") -> None:
-    import matplotlib
+    from fairseq_shared.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import Rectangle
 
     rows = [m for m in MEASURES if m in matrices[STACKS[0]]]
