@@ -319,6 +319,15 @@ def test_loading_a_checkpoint_of_another_policy_asks_for_conversion():
         san.load_state_dict(vanilla.state_dict())
 
 
+def _assert_unchanged_policy_converts_exactly(san, task, extra):
+    """Converting to the same policy (1,5 / 2,2,2 / context) gives identical outputs."""
+    same, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=11)
+    convert_model(san, same)
+    src, lengths, prev = random_batch(task)
+    with torch.no_grad():
+        assert torch.equal(same(src, lengths, prev)[0], san(src, lengths, prev)[0])
+
+
 @pytest.mark.parametrize("share", [False, True], ids=["no-param-sharing", "cycle_rev"])
 def test_convert_policy_round_trip(share):
     extra = CYCLE_REV if share else ()
@@ -339,12 +348,7 @@ def test_convert_policy_round_trip(share):
     convert_model(san, back)
     incremental, full, _ = incremental_vs_full(back, task)
     torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
-    # unchanged policy: identical outputs
-    same, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=11)
-    convert_model(san, same)
-    src, lengths, prev = random_batch(task)
-    with torch.no_grad():
-        assert torch.equal(same(src, lengths, prev)[0], san(src, lengths, prev)[0])
+    _assert_unchanged_policy_converts_exactly(san, task, extra)
 
 
 def _perturb_deltas(model, seed=3):
@@ -375,12 +379,7 @@ def test_convert_policy_moves_relaxed_weights_between_tied_and_untied_layouts():
     assert torch.equal(again.decoder.layers[0].encoder_attn.out_proj.weight, old_out)
     incremental, full, _ = incremental_vs_full(again, task)
     torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
-    # an unchanged policy keeps every delta, so the outputs are identical
-    same, _ = tiny(san_flags("1,5", "2,2,2", "context", extra), seed=11)
-    convert_model(san, same)
-    src, lengths, prev = random_batch(task)
-    with torch.no_grad():
-        assert torch.equal(same(src, lengths, prev)[0], san(src, lengths, prev)[0])
+    _assert_unchanged_policy_converts_exactly(san, task, extra)  # every delta kept
 
 
 def test_collect_attention_records_every_layer():
