@@ -130,7 +130,7 @@ def plot(stages, out: Path) -> Optional[str]:
                 ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
                                 color=color, alpha=0.2)
     axes[0].set_xlabel("updates")
-    axes[1].set_xlabel("training CPU-hours (1 thread)")
+    axes[1].set_xlabel("training CPU-hours (process CPU time, all threads)")
     axes[0].set_ylabel("test BLEU (sacreBLEU, detokenized)")
     return save_panels(fig, axes, "Budget curves on the clean Bible split (band: min-max over "
                        "seeds)", out / "budget_curves.png", ncol=1)
