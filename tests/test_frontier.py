@@ -182,3 +182,29 @@ def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         frontier.main(["--out", str(tmp_path), "--engines", "ct2_float32"])
     assert "fairseq always included" in capsys.readouterr().err
+
+
+def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(tmp_path):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+    import budget_frontier
+
+    layers = {"vanilla_s1": 6, "vanilla_s2": 6, "cycle_rev_2L_s1": 12, "vanilla_2L_s1": 12,
+              "vanilla_2L_dec1_s1": 7, "san_dec2L_s1": 9, "one_wide_ffn_s1": 6}
+    shares = budget_frontier.split(layers, "vanilla_s1", 2)
+    assert shares[0][0] == "vanilla_s1" and sorted(sum(shares, [])) == sorted(layers)
+    loads = [sum(layers[n] for n in share) for share in shares]
+    assert abs(loads[0] - loads[1]) <= max(layers.values())
+    assert budget_frontier.split({"a": 1}, "vanilla_s1", 2) == [["a"]]
+    # the models and their costs come from the committed files: a model without its run
+    # record (a run still training) is left out
+    (tmp_path / "models").mkdir()
+    (tmp_path / "runs").mkdir()
+    for name in ("vanilla_s1", "cycle_rev_2L_s1"):
+        (tmp_path / "models" / f"{name}.pt").write_bytes(b"")
+    (tmp_path / "runs" / "vanilla_s1.json").write_text(json.dumps({"N": 3, "decoder_N": 3}))
+    assert budget_frontier.costs(tmp_path) == {"vanilla_s1": 6}
+    cmd = budget_frontier.commands([["vanilla_s1"]], "work/bible", tmp_path)[0]
+    assert cmd[cmd.index("--anchor") + 1] == "vanilla_s1" and "--commit" in cmd
+    assert cmd[cmd.index("--threads") + 1] == "1"
