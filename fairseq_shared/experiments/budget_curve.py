@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments import evidence, milestones, queue
+from fairseq_shared.experiments.run_record import learning_curve, record_run
 from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
 
@@ -59,7 +60,7 @@ def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, res
     test = evidence.bleu_evaluation(data, budget, results, item.name, item.seed, progress,
                                     checkpoint=checkpoint, hyps=f"_u{k}")(run, {})
     costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")), k)
-    curve = [p for p in queue.learning_curve(os.path.join(run.dir, "train.log"), costs)
+    curve = [p for p in learning_curve(os.path.join(run.dir, "train.log"), costs)
              if p["update"] <= k]
     point = next((p for p in curve if p["update"] == k), {})
     return {"name": item.name, "seed": item.seed, "update": k, "params": run.params,
@@ -117,7 +118,7 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
                                | {"bleu": m["test"]["bleu"], "chrf": m["test"]["chrf"]}
                                for m in staged["milestones"]], **test}
 
-    result = queue.record_run(run, item, config.get("label", name), final, progress)
+    result = record_run(run, item, config.get("label", name), final, progress)
     result.update({"tables": ["budget"], "decoder_N": run.dec_N, "data": os.path.abspath(data),
                    "run_dir": os.path.abspath(run.dir)})
     return result

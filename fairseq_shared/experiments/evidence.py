@@ -23,8 +23,9 @@ from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.corpus import corpus_paths
 from fairseq_shared.experiments.decode import decode_args
-from fairseq_shared.experiments.queue import (commit, item_id, learning_curve,  # noqa: F401
+from fairseq_shared.experiments.queue import (commit, item_id,  # noqa: F401
                                               result_path, results_repository, write_result)
+from fairseq_shared.experiments.run_record import learning_curve, record_run  # noqa: F401
 from fairseq_shared.experiments.runs import make_plan
 
 # Takase & Kiyono's core rows with 2 seeds first, then the rest (see the evidence issue).
@@ -96,7 +97,7 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     config = config or select_configs(CONFIGS, name, None)[0]
     run = plan_run(config, seed, data, work, budget, progress)
     item = queue.Item(name, seed)
-    result = queue.record_run(run, item, config.get("label", name),
+    result = record_run(run, item, config.get("label", name),
                               bleu_evaluation(data, budget, results, name, seed, progress),
                               progress)
     result.update({"tables": config.get("tables", []), "decoder_N": run.dec_N,

@@ -25,6 +25,7 @@ from fairseq_shared.experiments.cpu_clock import read_cpu_log
 from fairseq_shared.experiments.lm_runs import (LM_CONFIGS, evaluate, load_lm_budget,
                                                 plan_runs, readable)
 from fairseq_shared.experiments.queue import item_id, result_path  # noqa: F401
+from fairseq_shared.experiments.run_record import record_run
 from fairseq_shared.experiments.training import log_records, train
 
 # The main rows with two seeds first (vanilla 3 and 6 layers, cycle_rev 6/3), then ALBERT's
@@ -126,7 +127,7 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     check_budget_fits(sizes, budget)
     run = plan_runs([name], budget, bin_dir, os.path.join(work, f"runs_s{seed}"))[0]
     item = queue.Item(name, seed)
-    result = queue.record_run(run, item, LM_CONFIGS[name]["label"],
+    result = record_run(run, item, LM_CONFIGS[name]["label"],
                               eval_lm_evaluation(sizes, progress), progress,
                               command=readable(run.train_command(), "train"))
     result["data"] = os.path.abspath(bin_dir)

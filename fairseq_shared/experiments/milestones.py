@@ -21,7 +21,7 @@ import math
 import os
 from typing import Callable, Dict, List, Optional, Sequence
 
-from fairseq_shared.experiments import queue
+from fairseq_shared.experiments.run_record import checkpoint_updates, learning_curve, train_run
 
 
 def parse_milestones(value, max_update: int) -> List[int]:
@@ -76,18 +76,18 @@ def train_to(run, target: int, patience: int, progress) -> Optional[int]:
     interval = int(run.budget.get("save_interval_updates") or 0)
     log = os.path.join(run.dir, "train.log")
     while True:
-        stop = early_stop(queue.learning_curve(log), patience, interval)
+        stop = early_stop(learning_curve(log), patience, interval)
         if stop is not None:
             return stop
-        done = queue.checkpoint_updates(run)
+        done = checkpoint_updates(run)
         if done >= target:
             return None
-        check = next_check(queue.learning_curve(log), patience, interval)
+        check = next_check(learning_curve(log), patience, interval)
         run.max_update = min(target, check) if check else target
-        queue.train_run(run, run.name, progress)
-        if queue.checkpoint_updates(run) < run.max_update:
+        train_run(run, run.name, progress)
+        if checkpoint_updates(run) < run.max_update:
             raise RuntimeError(f"{run.name}: training stopped at update "
-                               f"{queue.checkpoint_updates(run)} before {run.max_update}")
+                               f"{checkpoint_updates(run)} before {run.max_update}")
 
 
 def run_stages(run, milestones: Sequence[int], patience: int,
@@ -102,7 +102,7 @@ def run_stages(run, milestones: Sequence[int], patience: int,
         record = done(k)
         if record is None:
             stopped = train_to(run, k, patience, progress)
-            if queue.checkpoint_updates(run) >= k:  # reached (a stop exactly at k included)
+            if checkpoint_updates(run) >= k:  # reached (a stop exactly at k included)
                 record = at_milestone(k)
         if record is not None:
             records.append(record)
@@ -110,7 +110,7 @@ def run_stages(run, milestones: Sequence[int], patience: int,
             progress(f"[stages] {run.name}: early stop at update {stopped} (patience "
                      f"{patience} validations)")
             break
-    run.max_update = max(queue.checkpoint_updates(run), 1)
+    run.max_update = max(checkpoint_updates(run), 1)
     return {"milestones": records, "stopped_at": stopped}
 
 

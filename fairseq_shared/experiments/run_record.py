@@ -1,0 +1,82 @@
+"""One trained run and its record: the valid curve from fairseq's log, training (or finishing)
+a run, the updates its last checkpoint holds, and :func:`record_run`, the result keys every
+trained run shares (parameters, updates, training seconds and CPU seconds, the valid curve,
+the exact training command) around a suite's ``evaluate`` hook (BLEU for translation,
+``fairseq-eval-lm`` for language models)."""
+
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from fairseq_shared.experiments.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
+from fairseq_shared.experiments.queue import Item
+from fairseq_shared.experiments.training import checkpoint_progress, log_records, train
+
+
+def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]:
+    """Valid loss at every validation, with the training seconds spent up to that update.
+
+    fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
+    interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
+    are the sum over the intervals that end at or before u; an interval logged twice (a killed
+    attempt that was resumed from an earlier checkpoint) counts once, with its last value.
+    ``cpu_costs`` (:func:`~fairseq_shared.experiments.cpu_clock.cpu_per_update`) adds the
+    CPU seconds spent up to each point (``train_cpu_seconds``)."""
+    intervals, points = {}, {}
+    for kind, rec in log_records(log_path):
+        if kind == "train_inner" and "train_wall" in rec:
+            intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
+        elif kind == "valid":
+            point = {"update": int(float(rec["valid_num_updates"])),
+                     "valid_loss": float(rec["valid_loss"])}
+            if "valid_nll_loss" in rec:
+                point["valid_nll_loss"] = float(rec["valid_nll_loss"])
+            points[point["update"]] = point
+    for u, point in points.items():
+        point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
+        if len(cpu_costs) >= u:
+            point["train_cpu_seconds"] = round(cumulative_cpu(cpu_costs, u), 2)
+    return [points[u] for u in sorted(points)]
+
+
+def train_run(run, ident: str, progress=print) -> Dict:
+    """Train (or finish) ``run`` (restartable); returns its done.json content."""
+    if run.skip_reason:
+        raise RuntimeError(f"{ident}: {run.skip_reason}")
+    if run.state() != "done":
+        train(run, progress, 1, 1, time.time())
+    return run.done_info()
+
+
+def checkpoint_updates(run) -> int:
+    """Updates stored in ``run``'s ``checkpoint_last.pt`` (0 without one)."""
+    if not os.path.exists(run.checkpoint):
+        return 0
+    return checkpoint_progress(run.checkpoint)["updates"]
+
+
+def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],
+               progress=print, command: Optional[List[str]] = None) -> Dict:
+    """Train (or finish) ``run``, evaluate it, and return its result: the keys every suite
+    shares, then what ``evaluate(run, result)`` returns (it may also amend the curve)."""
+    info = train_run(run, item.id, progress)
+    costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
+                                      info["updates"])
+    result = {
+        "name": item.name, "seed": item.seed, "label": label, "arch": run.arch,
+        "strategy": run.strategy, "scope": run.scope, "N": run.N, "M": run.M,
+        "params": run.params, "updates": info["updates"],
+        "training_seconds": info["training_seconds"],
+        "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
+        "train_wps": info.get("train_wps"),
+        # CPU seconds of the training process tree: not inflated by other jobs (cpu_clock)
+        "training_cpu_seconds": round(sum(costs), 1) if costs else None,
+        "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
+        "cpu_estimated_updates": estimated,
+        "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
+        "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
+        "budget": dict(run.budget),
+        "train_command": command or run.train_command()[1:],
+    }
+    result.update(evaluate(run, result))
+    return result
