@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments import evidence, milestones, queue
-from fairseq_shared.experiments.run_record import learning_curve, record_run
 from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
+from fairseq_shared.experiments.run_record import learning_curve, record_run
 
 # Takase & Kiyono's and Kasai et al.'s rows with seed 1, then their seed 2, then the rest.
 CORE = ["vanilla", "cycle_rev_2L", "vanilla_2L", "vanilla_2L_dec1"]

@@ -98,8 +98,7 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     run = plan_run(config, seed, data, work, budget, progress)
     item = queue.Item(name, seed)
     result = record_run(run, item, config.get("label", name),
-                              bleu_evaluation(data, budget, results, name, seed, progress),
-                              progress)
+                        bleu_evaluation(data, budget, results, name, seed, progress), progress)
     result.update({"tables": config.get("tables", []), "decoder_N": run.dec_N,
                    "data": os.path.abspath(data), "run_dir": os.path.abspath(run.dir)})
     progress(f"[evidence] {item.id}: {result['updates']} updates, valid loss "

@@ -48,12 +48,12 @@ def speed_ratios(rows: List[Dict], anchor: str) -> Dict[tuple, Dict[str, Optiona
     base = next((r for r in rows if r["model"] == anchor and r["engine"] == "fairseq"), None)
     out = {}
     for r in rows:
+        same = base is not None and r.get("boot") == base.get("boot")
         cells = {}
         for bs, c in r["batch"].items():
-            ref = base["batch"].get(bs, {}).get("cpu_tokens_per_s") if base else None
-            same = base is not None and r.get("boot") == base.get("boot")
+            ref = base["batch"].get(bs, {}).get("cpu_tokens_per_s") if same else None
             mine = c.get("cpu_tokens_per_s")
-            cells[bs] = mine / ref if same and ref and mine else None
+            cells[bs] = mine / ref if ref and mine else None
         out[(r["model"], r["engine"])] = cells
     return out
 
@@ -126,9 +126,8 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         "(fairseq's search; TorchScript's is the same search when its hypotheses are "
         "identical), ms/step: CPU milliseconds per decoder step. BLEU/chrF at batch "
         f"{sizes[0]}. identical: hypotheses equal to fairseq's at every batch size (engines "
-        "that claim exactness). x{anchor}: CPU tok/s over {anchor}'s eager fairseq at the "
-        "same batch size, given only for records measured in the same machine boot."
-        .replace("{anchor}", anchor), "",
+        f"that claim exactness). x{anchor}: CPU tok/s over {anchor}'s eager fairseq at the "
+        "same batch size, given only for records measured in the same machine boot.", "",
         ("Measured on one machine boot: " + machines[0] if len(machines) == 1 else
          f"**Measured in {len(machines)} machine boots**; speeds compare only within one: "
          + "; ".join(machines)), "",

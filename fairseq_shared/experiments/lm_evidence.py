@@ -128,8 +128,8 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     run = plan_runs([name], budget, bin_dir, os.path.join(work, f"runs_s{seed}"))[0]
     item = queue.Item(name, seed)
     result = record_run(run, item, LM_CONFIGS[name]["label"],
-                              eval_lm_evaluation(sizes, progress), progress,
-                              command=readable(run.train_command(), "train"))
+                        eval_lm_evaluation(sizes, progress), progress,
+                        command=readable(run.train_command(), "train"))
     result["data"] = os.path.abspath(bin_dir)
     progress(f"[lm] {item.id}: {result['updates']} updates, valid ppl "
              f"{result['valid_ppl']}, test ppl {result['test']['perplexity']:.2f}")

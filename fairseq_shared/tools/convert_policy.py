@@ -76,11 +76,14 @@ def _convert_layer(old, old_model, new_model, stack: str, index: int, target):
     :func:`~fairseq_shared.sharing.lora.position_state`) from the old layer itself or,
     for what it did not have, from the first of :func:`_sources` that has it."""
     out = position_state(_layer_state(old, stack, index), (), target)
+    in_layout = {}  # each source layer re-expressed once, however many names it starts
     for name in target:
         if name in out:
             continue
         for j in _sources(old_model, new_model, stack, index, logical_name(name)):
-            found = position_state(_layer_state(old, stack, j), (), target)
+            if j not in in_layout:
+                in_layout[j] = position_state(_layer_state(old, stack, j), (), target)
+            found = in_layout[j]
             if name in found:
                 out[name] = found[name].clone()
                 break
