@@ -161,10 +161,11 @@ def test_milestones_and_queue_order():
     assert milestones.parse_milestones("1000,2000,4000,8000", 8000) == [1000, 2000, 4000, 8000]
     with pytest.raises(SystemExit, match="increasing positive updates up to max_update=100"):
         milestones.parse_milestones("50,200", 100)
-    assert budget_curve.QUEUE[:8] == [
+    assert budget_curve.QUEUE[:7] == [
         ("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla_2L", 1), ("vanilla_2L_dec1", 1),
-        ("vanilla", 2), ("cycle_rev_2L", 2), ("vanilla_2L", 2), ("vanilla_2L_dec1", 2)]
-    assert [n for n, _ in budget_curve.QUEUE[8:]] == ["vanilla_dec2L", "san_dec2L", "attn_shared",
-                                                     "one_wide_ffn", "nodec_ffn"]
+        ("vanilla", 2), ("cycle_rev_2L", 2), ("vanilla_2L_dec1", 2)]
+    assert budget_curve.QUEUE[7:] == [(n, 1) for n in ["vanilla_dec2L", "san_dec2L", "attn_shared",
+                                                      "one_wide_ffn", "nodec_ffn"]] + [
+        ("vanilla_2L", 2)]
     with pytest.raises(SystemExit, match="--queue: unknown configuration 'universal'"):
         budget_curve.parse_queue("universal:1")
