@@ -136,7 +136,7 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     assert "s1: +1.00, p=" in cycle  # same hypotheses: the bootstrap sees no difference
     lookup = json.loads((results / "corpus" / "audit.json").read_text())["splits"]["test"]["lookup"]
     assert f"| {lookup['bleu']:.2f} | {lookup['bleu']:.2f} |" in text
-    assert "| vanilla_2L | not run yet |" in text
+    assert "| Vanilla (2L layers) | 6+6 | not run yet |" in text  # label and depth from its declaration
     # its label and depth are the configuration's (6+1 under the suite's L = 3), no final yet
     training = next(l for l in text.splitlines() if "deep encoder" in l)
     assert training.startswith("| Vanilla, deep encoder 2L / decoder 1 | 6+1 |")

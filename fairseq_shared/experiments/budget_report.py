@@ -69,7 +69,8 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
     for name in NAMES:
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
         if not seeds:
-            lines.append(f"| {name} | not run yet |" + " |" * (len(head) - 2))
+            label, layers = describe(name, [])
+            lines.append(f"| {label} | {layers} | not run yet |" + " |" * (len(head) - 3))
             continue
         some = next(iter(stages[name][seeds[0]].values()), None) or finals[name][seeds[0]]
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
@@ -100,7 +101,7 @@ def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
                 p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
                                      read_lines(Path(results) / r["test"]["hypotheses"]), refs)
                 cells.append(f"s{seed}: {r['test']['bleu'] - b['test']['bleu']:+.2f}, "
-                             f"p={p['bleu_p']:.2f}")
+                             f"p={p['bleu_p']:.3f}")
         out[name] = "; ".join(cells) or "-"
     return out
 
