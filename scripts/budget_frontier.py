@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
+from fairseq_shared.experiments import evidence
+
 RESULTS = Path("results/bible_budget")
 ANCHOR = "vanilla_s1"
 SETTINGS = ["--threads", "1", "--batch-sizes", "1,32", "--beam", "4", "--warmup", "1",
@@ -67,6 +69,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers {args.workers}: allowed an integer >= 1")
+    # the committed models index the dictionaries of the corpus they were trained on
+    evidence.check_corpus(args.data, args.results)
     found = costs(Path(args.results))
     if not found:
         p.error(f"--results {args.results}: no final model with its run record in models/")

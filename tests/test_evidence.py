@@ -104,3 +104,25 @@ def test_commit_only_the_named_paths(tmp_path):
     assert shown == ["run", "a", "a.json"]
     status = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True).stdout
     assert "?? other.txt" in status
+
+
+def test_a_rebuilt_corpus_with_other_pieces_is_refused(finished, tmp_path):
+    """The snapshot pins the references and the dictionaries the committed models index: a
+    corpus rebuilt with another segmentation would decode them into other words silently."""
+    import shutil
+
+    toy, _, results, _, _ = finished
+    pinned = os.path.join(results, "corpus")
+    assert open(os.path.join(pinned, "target.dict.txt"), "rb").read() == \
+        open(os.path.join(toy, "bin", "dict.en.txt"), "rb").read()
+    evidence.snapshot_corpus(toy, results)  # the same build: accepted again
+    rebuilt = tmp_path / "toy"
+    shutil.copytree(toy, rebuilt)
+    lines = (rebuilt / "bin" / "dict.en.txt").read_text().splitlines()
+    lines[4], lines[5] = lines[5], lines[4]  # two pieces' ids swapped: same size, other words
+    (rebuilt / "bin" / "dict.en.txt").write_text("\n".join(lines) + "\n")
+    before = {n: open(os.path.join(pinned, n), "rb").read() for n in evidence.CORPUS_FILES}
+    with pytest.raises(SystemExit, match=rf"--data {rebuilt}: .*dict\.en\.txt differs from "
+                                         r".*target\.dict\.txt"):
+        evidence.snapshot_corpus(str(rebuilt), results)
+    assert before == {n: open(os.path.join(pinned, n), "rb").read() for n in evidence.CORPUS_FILES}

@@ -208,3 +208,23 @@ def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(tmp_
     cmd = budget_frontier.commands([["vanilla_s1"]], "work/bible", tmp_path)[0]
     assert cmd[cmd.index("--anchor") + 1] == "vanilla_s1" and "--commit" in cmd
     assert cmd[cmd.index("--threads") + 1] == "1"
+
+
+def test_the_budget_frontier_refuses_another_build_of_the_corpus(toy, tmp_path, capsys):  # noqa: F811
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+    import budget_frontier
+    from fairseq_shared.experiments import evidence
+
+    results = tmp_path / "results"
+    (results / "models").mkdir(parents=True)
+    (results / "runs").mkdir()
+    (results / "models" / "vanilla_s1.pt").write_bytes(b"")
+    (results / "runs" / "vanilla_s1.json").write_text(json.dumps({"N": 3, "decoder_N": 3}))
+    evidence.snapshot_corpus(toy, str(results))
+    assert budget_frontier.main(["--data", toy, "--results", str(results), "--dry-run"]) == 0
+    assert "--checkpoints vanilla_s1=" in capsys.readouterr().out
+    (results / "corpus" / "source.dict.txt").write_text("▁a 5\n")
+    with pytest.raises(SystemExit, match=r"dict\.es\.txt differs from .*source\.dict\.txt"):
+        budget_frontier.main(["--data", toy, "--results", str(results), "--dry-run"])

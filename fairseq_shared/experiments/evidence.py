@@ -109,7 +109,12 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
 #: what :func:`snapshot_corpus` copies into ``RESULTS/corpus/``: the tables read the references
 #: and the lookup baseline from there, so every commit of a suite's results carries them.
-CORPUS_FILES = ("test.ref", "audit.json", "audit.md", "lookup.test.hyp")
+CORPUS_FILES = ("test.ref", "audit.json", "audit.md", "lookup.test.hyp", "source.dict.txt",
+                "target.dict.txt")
+#: the files that bind results to one build of the corpus: the references they are scored
+#: against and the dictionaries their models index (a rebuilt corpus with other pieces would
+#: decode a committed model into other words, without an error)
+PINNED_FILES = ("test.ref", "source.dict.txt", "target.dict.txt")
 
 
 def corpus_files(results: str) -> List[Path]:
@@ -130,22 +135,40 @@ SUITE = queue.Suite("evidence", run=queue.item_runner(run_item), commit_files=ev
 work_queue = functools.partial(queue.work_pairs, SUITE)
 
 
-def snapshot_corpus(data: str, results: str) -> None:
-    """Copy the test references and the corpus audit (lookup baseline) next to the results,
-    so that the tables can be rebuilt from committed files; refuse a different test set."""
-    import shutil
-
-    _, _, tgt, _ = corpus_paths(data)
+def corpus_sources(data: str) -> Dict[str, Path]:
+    """``{snapshot name: the corpus's file}`` for :data:`CORPUS_FILES`."""
+    bin_dir, src, tgt, _ = corpus_paths(data)
     root = Path(data)
-    dst = Path(results) / "corpus"
-    dst.mkdir(parents=True, exist_ok=True)
-    ref = root / "raw" / f"test.{tgt}"
-    if (dst / "test.ref").exists() and (dst / "test.ref").read_bytes() != ref.read_bytes():
-        raise SystemExit(f"{dst / 'test.ref'} differs from {ref}: these results belong to "
-                         "another corpus; use another --results directory")
-    sources = (ref, root / "audit.json", root / "audit.md", root / f"lookup.test.{tgt}")
-    for src, name in zip(sources, CORPUS_FILES):
+    return dict(zip(CORPUS_FILES, (root / "raw" / f"test.{tgt}", root / "audit.json",
+                                   root / "audit.md", root / f"lookup.test.{tgt}",
+                                   Path(bin_dir) / f"dict.{src}.txt",
+                                   Path(bin_dir) / f"dict.{tgt}.txt")))
+
+
+def check_corpus(data: str, results: str) -> Dict[str, Path]:
+    """Refuse ``data`` if it is another build of the corpus than the one ``results`` were made
+    on (a pinned file of the snapshot differs); -> the corpus's files."""
+    sources = corpus_sources(data)
+    for name, src in sources.items():
         if not src.exists():
             raise SystemExit(f"{src} is missing: build the corpus with its audit first "
                              "(python -m fairseq_shared.data.bible, or data.audit RAW_DIR)")
+        pinned = Path(results) / "corpus" / name
+        if name in PINNED_FILES and pinned.exists() and pinned.read_bytes() != src.read_bytes():
+            raise SystemExit(f"--data {data}: {src} differs from {pinned}, which the results in "
+                             f"{results} were made with; they belong to another build of the "
+                             "corpus (use another --results directory, or the corpus they name)")
+    return sources
+
+
+def snapshot_corpus(data: str, results: str) -> None:
+    """Copy the test references, the corpus audit (lookup baseline) and the dictionaries next
+    to the results, so that the tables can be rebuilt from committed files and the committed
+    models decoded with the dictionaries they were trained with; refuse another build of the
+    corpus (:func:`check_corpus`)."""
+    import shutil
+
+    dst = Path(results) / "corpus"
+    dst.mkdir(parents=True, exist_ok=True)
+    for name, src in check_corpus(data, results).items():
         shutil.copyfile(src, dst / name)
