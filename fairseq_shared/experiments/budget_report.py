@@ -106,7 +106,7 @@ def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
     return out
 
 
-def plot(stages, out: Path) -> Optional[str]:
+def plot(stages, out: Path, lookup_bleu: Optional[float] = None) -> Optional[str]:
     from fairseq_shared.plotting import pyplot
 
     plt = pyplot()
@@ -126,10 +126,16 @@ def plot(stages, out: Path) -> Optional[str]:
         mean = [statistics.mean(b) for b in bleu]
         color = colors[i % len(colors)]
         for ax, xs in ((axes[0], updates), (axes[1], hours)):
-            ax.plot(xs, mean, marker="o", color=color, label=f"{name} ({len(by_seed)} seeds)")
+            seeds = f"{len(by_seed)} seed" + ("s" if len(by_seed) > 1 else "")
+            ax.plot(xs, mean, marker="o", color=color,
+                    label=f"{name} {describe(name, [])[1]} ({seeds})")
             if len(by_seed) > 1:
                 ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
                                 color=color, alpha=0.2)
+    if lookup_bleu is not None:
+        for ax in axes:
+            ax.axhline(lookup_bleu, color="grey", linestyle="--", linewidth=1,
+                       label=f"lookup baseline ({lookup_bleu:.2f})")
     axes[0].set_xlabel("updates")
     axes[1].set_xlabel("training CPU-hours (process CPU time, all threads)")
     axes[0].set_ylabel("test BLEU (sacreBLEU, detokenized)")
@@ -156,7 +162,8 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
              "is the test set decoded from the checkpoint at that update; the final column "
              "averages the last interval checkpoints of the run (`average_of` in its file). "
              "Paired bootstrap: sacreBLEU, 1000 samples, final model against vanilla with the "
-             "same seed.", ""]
+             "same seed. Training CPU time is the process's CPU time over all its threads; a run "
+             "with other work beside it reads high (README.md, Progress, says which).", ""]
     lines += metric_table("bleu", stages, finals, updates, lookup, paired)
     lines += metric_table("chrf", stages, finals, updates, lookup, {})
     signatures = sorted({(r["test"]["bleu_signature"], r["test"]["chrf_signature"])
@@ -164,7 +171,7 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md")}
-    figure = plot(stages, out)
+    figure = plot(stages, out, lookup["bleu"] if lookup else None)
     if figure:
         paths["plot"] = figure
     return paths
