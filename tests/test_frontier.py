@@ -184,12 +184,19 @@ def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
     assert "fairseq always included" in capsys.readouterr().err
 
 
-def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(tmp_path):
+@pytest.fixture
+def budget_frontier():
+    """``scripts/budget_frontier.py`` as a module."""
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-    import budget_frontier
+    import budget_frontier as module
 
+    return module
+
+
+def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(budget_frontier,
+                                                                            tmp_path):
     layers = {"vanilla_s1": 6, "vanilla_s2": 6, "cycle_rev_2L_s1": 12, "vanilla_2L_s1": 12,
               "vanilla_2L_dec1_s1": 7, "san_dec2L_s1": 9, "one_wide_ffn_s1": 6}
     shares = budget_frontier.split(layers, "vanilla_s1", 2)
@@ -210,11 +217,8 @@ def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(tmp_
     assert cmd[cmd.index("--threads") + 1] == "1"
 
 
-def test_the_budget_frontier_refuses_another_build_of_the_corpus(toy, tmp_path, capsys):  # noqa: F811
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-    import budget_frontier
+def test_the_budget_frontier_refuses_another_build_of_the_corpus(budget_frontier, toy,  # noqa: F811
+                                                                  tmp_path, capsys):
     from fairseq_shared.experiments import evidence
 
     results = tmp_path / "results"

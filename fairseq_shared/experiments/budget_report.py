@@ -125,10 +125,10 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None) -> Optional[str
                                  for s in by_seed) for k in updates]
         mean = [statistics.mean(b) for b in bleu]
         color = colors[i % len(colors)]
+        seeds = f"{len(by_seed)} seed" + ("s" if len(by_seed) > 1 else "")
+        label = f"{name} {describe(name, [])[1]} ({seeds})"
         for ax, xs in ((axes[0], updates), (axes[1], hours)):
-            seeds = f"{len(by_seed)} seed" + ("s" if len(by_seed) > 1 else "")
-            ax.plot(xs, mean, marker="o", color=color,
-                    label=f"{name} {describe(name, [])[1]} ({seeds})")
+            ax.plot(xs, mean, marker="o", color=color, label=label)
             if len(by_seed) > 1:
                 ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
                                 color=color, alpha=0.2)
