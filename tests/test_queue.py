@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fairseq_shared.experiments import child, evidence, queue
+from fairseq_shared.experiments import child, evidence, queue, queue_cli
 from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
 from helpers_queue import attempts as count_attempts
 
@@ -233,3 +233,34 @@ def test_a_result_left_uncommitted_by_a_killed_worker_is_committed_by_the_next(t
     assert [l for l in log if l] == ["t: b_s1", "results/runs/b_s1.json",
                                      "t: a_s1", "results/runs/a_s1.json"]
     assert calls == ["b_s1"]
+
+
+def test_a_changed_corpus_snapshot_is_committed_under_its_own_message(tmp_path, monkeypatch):
+    """A worker on a rebuilt corpus rewrites the snapshot; its commit names the snapshot, not
+    the finished run whose left-over check happens to run next."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for key, value in GIT_IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    results = repo / "results"
+    audit, dictionary = results / "corpus" / "audit.json", results / "corpus" / "dict.txt"
+
+    def prepare(args):
+        audit.parent.mkdir(parents=True, exist_ok=True)
+        audit.write_text(f"{{\"build\": {prepare.build}}}")
+        dictionary.write_text("a 1\n")
+        return [audit, dictionary]
+
+    cmd = queue_cli.Command(_suite([]), "doc", results=str(results), work=str(tmp_path / "w"),
+                            budget="tiny", items=lambda args: [queue.Item("a", 1)],
+                            render=lambda args: "", prepare=prepare)
+    queue.write_result(queue.result_path(str(results), "a", 1), {"name": "a", "seed": 1})
+    for prepare.build in (1, 1, 2):  # a first worker, the same build again, a rebuild
+        assert queue_cli.main(cmd, ["run", "--data", "corpus-dir", "--commit"]) == 0
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "--name-only"],
+                         capture_output=True, text=True).stdout.split("\n")
+    assert [l for l in log if l] == [
+        "t: corpus snapshot of corpus-dir (audit.json)", "results/corpus/audit.json",
+        "t: a_s1", "results/runs/a_s1.json",
+        "t: corpus snapshot of corpus-dir (audit.json, dict.txt)",
+        "results/corpus/audit.json", "results/corpus/dict.txt"]

@@ -161,14 +161,15 @@ def check_corpus(data: str, results: str) -> Dict[str, Path]:
     return sources
 
 
-def snapshot_corpus(data: str, results: str) -> None:
+def snapshot_corpus(data: str, results: str) -> List[Path]:
     """Copy the test references, the corpus audit (lookup baseline) and the dictionaries next
     to the results, so that the tables can be rebuilt from committed files and the committed
     models decoded with the dictionaries they were trained with; refuse another build of the
-    corpus (:func:`check_corpus`)."""
+    corpus (:func:`check_corpus`). -> the snapshot's files."""
     import shutil
 
     dst = Path(results) / "corpus"
     dst.mkdir(parents=True, exist_ok=True)
     for name, src in check_corpus(data, results).items():
         shutil.copyfile(src, dst / name)
+    return corpus_files(results)

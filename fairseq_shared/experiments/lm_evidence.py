@@ -76,9 +76,9 @@ def check_budget_fits(sizes: Dict, budget: Dict) -> None:
                          f"{longest})")
 
 
-def snapshot_corpus(data: str, results: str) -> Dict:
+def snapshot_corpus(data: str, results: str) -> List[Path]:
     """Copy the corpus's stats next to the results (``corpus.json``, with the token counts
-    fairseq reads); refuse results of a different corpus."""
+    fairseq reads); refuse results of a different corpus. -> the snapshot's file."""
     root, bin_dir = lm_paths(data)
     stats_file = os.path.join(root, "stats.json")
     stats = json.loads(Path(stats_file).read_text(encoding="utf-8")) \
@@ -92,7 +92,7 @@ def snapshot_corpus(data: str, results: str) -> Dict:
                              "--results directory")
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
-    return stats
+    return [dst]
 
 
 def _ppl(loss_base2: Optional[float]) -> Optional[float]:

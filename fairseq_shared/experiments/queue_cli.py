@@ -9,6 +9,7 @@ extra commands), built from a :class:`Command` declaration.
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments import queue
@@ -23,7 +24,9 @@ class Command:
     budget: str  # default --budget
     items: Callable[[argparse.Namespace], List[queue.Item]]
     render: Callable[[argparse.Namespace], str]
-    prepare: Optional[Callable[[argparse.Namespace], None]] = None  # before ``run``
+    # before ``run``: writes the corpus snapshot, -> its files (committed under their own
+    # message when they changed, not with whichever run the worker commits next)
+    prepare: Optional[Callable[[argparse.Namespace], Sequence[Path]]] = None
     plan: Optional[Callable[[argparse.Namespace, List[queue.Item]], None]] = None  # extra lines
     add_arguments: Optional[Callable[[argparse.ArgumentParser, str], None]] = None
     extra: Callable[[argparse.Namespace], Dict] = lambda args: {}  # Context.extra
@@ -91,9 +94,12 @@ def main(cmd: Command, argv=None) -> int:
     from fairseq_shared.fairseq_commands import terminate_on_sigterm
 
     terminate_on_sigterm()
-    if cmd.prepare:
-        cmd.prepare(args)
+    snapshot = cmd.prepare(args) if cmd.prepare else []
     repo = queue.results_repository(args.results) if args.commit else None
+    changed = [p for p in snapshot if queue.uncommitted([p], repo)] if repo else []
+    if changed:
+        queue.commit(changed, f"{cmd.suite.tag}: corpus snapshot of {args.data} "
+                     f"({', '.join(p.name for p in changed)})", repo)
     ctx = context(cmd, args, repo)
     finished = queue.work(cmd.suite, items, ctx)
     print(f"[{cmd.suite.tag}] this worker finished: {', '.join(finished) or 'nothing'}")
