@@ -128,9 +128,10 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
 
 def milestone_files(results: str, record: Dict) -> List[Path]:
-    """A milestone's record and hypotheses, and the corpus snapshot the tables read them with."""
+    """A milestone's record and hypotheses (the corpus snapshot the tables read them with is
+    committed by the worker before its first run, ``queue_cli.main``)."""
     return [milestone_path(results, record["name"], record["seed"], record["update"]),
-            Path(results) / record["test"]["hypotheses"], *evidence.corpus_files(results)]
+            Path(results) / record["test"]["hypotheses"]]
 
 
 def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:

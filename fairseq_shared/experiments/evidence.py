@@ -108,7 +108,8 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
 
 #: what :func:`snapshot_corpus` copies into ``RESULTS/corpus/``: the tables read the references
-#: and the lookup baseline from there, so every commit of a suite's results carries them.
+#: and the lookup baseline from there; a worker with ``--commit`` commits them before its first
+#: run (``queue_cli.main``), so the results are never committed without them.
 CORPUS_FILES = ("test.ref", "audit.json", "audit.md", "lookup.test.hyp", "source.dict.txt",
                 "target.dict.txt")
 #: the files that bind results to one build of the corpus: the references they are scored
@@ -125,7 +126,6 @@ def corpus_files(results: str) -> List[Path]:
 def evidence_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
     """The files of a finished evidence run besides its result file, and the message."""
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
-    hyps += corpus_files(ctx.results)
     return hyps, (f"evidence: {item.id} finished (BLEU {result['test']['bleu']:.2f}, "
                   f"{result['updates']} updates)" if hyps else f"evidence: {item.id} finished")
 
