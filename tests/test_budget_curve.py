@@ -164,8 +164,11 @@ def test_milestones_and_queue_order():
     assert budget_curve.QUEUE[:7] == [
         ("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla_2L", 1), ("vanilla_2L_dec1", 1),
         ("vanilla", 2), ("cycle_rev_2L", 2), ("vanilla_2L_dec1", 2)]
-    assert budget_curve.QUEUE[7:] == [(n, 1) for n in ["vanilla_dec2L", "san_dec2L", "attn_shared",
-                                                      "one_wide_ffn", "nodec_ffn"]] + [
+    assert budget_curve.QUEUE[7:] == [(n, 1) for n in ["attn_shared", "vanilla_dec2L", "nodec_ffn",
+                                                      "san_dec2L", "one_wide_ffn"]] + [
         ("vanilla_2L", 2)]
+    assert sorted(n for n, _ in budget_curve.QUEUE) == sorted(
+        budget_curve.CORE + budget_curve.TWO_SEEDS + budget_curve.REST
+        + budget_curve.ONE_WIDE_FFN + ["vanilla_2L"])
     with pytest.raises(SystemExit, match="--queue: unknown configuration 'universal'"):
         budget_curve.parse_queue("universal:1")
