@@ -7,6 +7,11 @@ at every milestone and of the final averaged model, the lookup row, the signatur
 bootstrap of the final models against vanilla with the same seed) and
 ``RESULTS/budget_curves.png`` (test BLEU against updates and against training CPU-hours; one
 line per configuration, the band spanning the seeds).
+
+The runs' own CPU totals come from several machines and loads, so training cost is compared
+with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
+update, measured on one machine in one run (``scripts/thread_rate.py``). The CPU-hours axis is
+then updates times that rate.
 """
 
 import json
@@ -21,6 +26,7 @@ from fairseq_shared.experiments.evidence_report import fmt_spread, paired_bootst
 from fairseq_shared.experiments.plots import save_panels
 
 BASELINE = "vanilla"
+RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
 
 
@@ -88,6 +94,36 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
     return lines + [""]
 
 
+def training_rates(results: str) -> Optional[Dict]:
+    """``RATE_FILE`` at the budget's thread count: {"rows": {configuration: row}, ...}, or
+    None where it has not been measured."""
+    path = Path(results) / RATE_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    threads = int(load_budget("budget_curve")["threads"])
+    return {**data, "rows": {r["config"]: r for r in data["rows"] if r["threads"] == threads}}
+
+
+def rate_table(rates: Dict) -> List[str]:
+    rows = rates["rows"]
+    base = rows.get(BASELINE, {}).get("steady_cpu_s_per_update")
+    machine = rates.get("machine", {})
+    lines = ["## Training cost per update, one machine, one run", "",
+             f"`{rates['command']}` ({rates.get('started', '')}, {machine.get('cpu_model')}, "
+             f"{machine.get('cpu_count')} cores, otherwise idle): each configuration's "
+             "budget command from scratch, steady state after the first logged interval; CPU "
+             "seconds of the fairseq-train process (all its threads) per update.", "",
+             "| configuration | layers enc+dec | CPU s/update | × vanilla 3+3 | wall s/update |",
+             "|---|---|---:|---:|---:|"]
+    for name in (n for n in NAMES if n in rows):
+        r = rows[name]
+        ratio = f"{r['steady_cpu_s_per_update'] / base:.2f}" if base else "-"
+        lines.append(f"| {name} | {describe(name, [])[1]} | {r['steady_cpu_s_per_update']:.3f} | "
+                     f"{ratio} | {r['steady_s_per_update']:.3f} |")
+    return lines + [""]
+
+
 def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
     out = {}
     base = finals.get(BASELINE, {})
@@ -106,7 +142,21 @@ def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
     return out
 
 
-def plot(stages, out: Path, lookup_bleu: Optional[float] = None) -> Optional[str]:
+def cpu_hours(name: str, by_seed: Dict[int, Dict[int, Dict]], updates: List[int],
+              cpu_per_update: Optional[Dict[str, float]]) -> Optional[List[float]]:
+    """Training CPU-hours at each of ``updates``: updates times the configuration's rate on
+    one machine, None where it has none; without rates (None), the mean over seeds of each
+    milestone's own measured training CPU."""
+    if cpu_per_update is None:
+        return [statistics.mean((by_seed[s][k].get("train_cpu_seconds") or 0) / 3600
+                                for s in by_seed) for k in updates]
+    rate = cpu_per_update.get(name)
+    return [k * rate / 3600 for k in updates] if rate else None
+
+
+def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
+         cpu_per_update: Optional[Dict[str, float]] = None) -> Optional[str]:
+    """The second panel's CPU-hours are :func:`cpu_hours`'s."""
     from fairseq_shared.plotting import pyplot
 
     plt = pyplot()
@@ -121,13 +171,14 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None) -> Optional[str
         if not updates:
             continue
         bleu = [[by_seed[s][k]["test"]["bleu"] for s in by_seed] for k in updates]
-        hours = [statistics.mean((by_seed[s][k].get("train_cpu_seconds") or 0) / 3600
-                                 for s in by_seed) for k in updates]
+        hours = cpu_hours(name, by_seed, updates, cpu_per_update)
         mean = [statistics.mean(b) for b in bleu]
         color = colors[i % len(colors)]
         seeds = f"{len(by_seed)} seed" + ("s" if len(by_seed) > 1 else "")
         label = f"{name} {describe(name, [])[1]} ({seeds})"
         for ax, xs in ((axes[0], updates), (axes[1], hours)):
+            if xs is None:
+                continue
             ax.plot(xs, mean, marker="o", color=color, label=label)
             if len(by_seed) > 1:
                 ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
@@ -137,7 +188,8 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None) -> Optional[str
             ax.axhline(lookup_bleu, color="grey", linestyle="--", linewidth=1,
                        label=f"lookup baseline ({lookup_bleu:.2f})")
     axes[0].set_xlabel("updates")
-    axes[1].set_xlabel("training CPU-hours (process CPU time, all threads)")
+    axes[1].set_xlabel("training CPU-hours (process CPU time, all threads)" if cpu_per_update is None
+                       else "training CPU-hours: updates x CPU s/update measured on one machine")
     axes[0].set_ylabel("test BLEU (sacreBLEU, detokenized)")
     return save_panels(fig, axes, "Budget curves on the clean Bible split (band: min-max over "
                        "seeds)", out / "budget_curves.png", ncol=1)
@@ -168,10 +220,15 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     lines += metric_table("chrf", stages, finals, updates, lookup, {})
     signatures = sorted({(r["test"]["bleu_signature"], r["test"]["chrf_signature"])
                          for r in records})
+    rates = training_rates(results)
+    if rates:
+        lines += rate_table(rates)
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md")}
-    figure = plot(stages, out, lookup["bleu"] if lookup else None)
+    figure = plot(stages, out, lookup["bleu"] if lookup else None,
+                  {n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
+                  if rates else None)
     if figure:
         paths["plot"] = figure
     return paths
