@@ -4,9 +4,11 @@ incremental decoding, cached and recomputing beam search).
 
 The fixture was written by tests/fixtures/make_regression_fixture.py before the SAN
 redesign (issue 11); it is the reference the code must keep matching. Float results are
-compared with torch.equal on the platform recorded in the fixture (same torch version and
-CPU kernels); elsewhere summation order may differ in the last bit, so there the check is
-atol 1e-5 with identical hypotheses.
+compared with torch.equal on the platform recorded in the fixture (same torch version, CPU
+kernels and CPU model); elsewhere summation order may differ in the last bit, so there the
+check is atol 1e-5 with identical hypotheses. Records written before the CPU model was part of
+the platform name none, and are compared the second way: the one_wide_ffn records, written on
+an AMD EPYC with AVX512 kernels, differ in the last bit on an Intel Xeon with the same kernels.
 """
 
 import os
