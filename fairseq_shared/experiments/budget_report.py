@@ -111,7 +111,8 @@ def rate_table(rates: Dict) -> List[str]:
     machine = rates.get("machine", {})
     lines = ["## Training cost per update, one machine, one run", "",
              f"`{rates['command']}` ({rates.get('started', '')}, {machine.get('cpu_model')}, "
-             f"{machine.get('cpu_count')} cores, otherwise idle): each configuration's "
+             f"{machine.get('cpu_count')} cores, load average at the end "
+             f"{(rates.get('load_average_at_end') or [0])[0]:.2f}, its own): each configuration's "
              "budget command from scratch, steady state after the first logged interval; CPU "
              "seconds of the fairseq-train process (all its threads) per update.", "",
              "| configuration | layers enc+dec | CPU s/update | × vanilla 3+3 | wall s/update |",
