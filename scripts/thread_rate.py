@@ -72,7 +72,10 @@ def main():
     p.add_argument("--updates", type=int, default=150)
     p.add_argument("--budget", default="budget_curve")
     args = p.parse_args()
-    threads = [int(t) for t in args.threads.split(",")]
+    try:
+        threads = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        p.error(f"--threads {args.threads!r}: comma-separated thread counts, e.g. 1,2")
     rows = []
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     for name in args.configs.split(","):

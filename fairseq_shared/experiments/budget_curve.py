@@ -37,7 +37,7 @@ REST = ["vanilla_dec2L", "san_dec2L", "attn_shared"]
 # One Wide FFN (the FFN issue): the shared wide encoder FFN, and the decoder-FFN-free row
 ONE_WIDE_FFN: List[str] = ["one_wide_ffn", "nodec_ffn"]
 # The one-seed rows in an order that packs two runs into a stretch of about 150 worker-minutes
-# (results/bible_budget/README.md, "Order"): a short run beside each long one.
+# (results/bible_budget/README.md, the reorder of 2026-12-02): a short run beside each long one.
 ONE_SEED = ["attn_shared", "vanilla_dec2L", "nodec_ffn", "san_dec2L", "one_wide_ffn"]
 QUEUE: List[Tuple[str, int]] = ([(n, 1) for n in CORE] + [(n, 2) for n in TWO_SEEDS]
                                 + [(n, 1) for n in ONE_SEED] + [("vanilla_2L", 2)])
