@@ -121,6 +121,13 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
         r["name"], r["label"] = "cycle_rev_2L", "Cycle (rev)"
         r["test"]["bleu"] += 1.0
         path.with_name(path.name.replace("vanilla", "cycle_rev_2L")).write_text(json.dumps(r))
+    # the SAN pair: SAN 3+6 is compared with vanilla 3+3 and with its unshared vanilla 3+6
+    for name, label, delta in [("vanilla_dec2L", "Vanilla (decoder 2L)", 0.5),
+                               ("san_dec2L", "SAN (decoder 2L)", 0.25)]:
+        r = json.loads((results / "runs" / "vanilla_s1.json").read_text())
+        r["name"], r["label"], r["decoder_N"] = name, label, 2 * r["N"]
+        r["test"]["bleu"] += delta
+        (results / "runs" / f"{name}_s1.json").write_text(json.dumps(r))
     # a third with milestones but no final record yet (a run still training)
     for path in results.glob("milestones/*.json"):
         r = json.loads(path.read_text())
@@ -134,6 +141,12 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     assert f"| {u10['test']['bleu']:.2f} |" in row and f"| {final['test']['bleu']:.2f} | 30 |" in row
     cycle = next(l for l in text.splitlines() if l.startswith("| Cycle (rev) |"))
     assert "s1: +1.00, p=" in cycle  # same hypotheses: the bootstrap sees no difference
+    assert "against" not in cycle  # its unshared pair is vanilla 3+3 itself
+    san = next(l for l in text.splitlines() if l.startswith("| SAN (decoder 2L) |"))
+    assert san.split(" | ")[-1].startswith("s1: +0.25, p=")
+    assert f"against Vanilla (decoder 2L) {final['N']}+{2 * final['N']}: s1: -0.25, p=" in san
+    assert "against" not in next(l for l in text.splitlines()
+                                 if l.startswith("| Vanilla (decoder 2L) |"))
     lookup = json.loads((results / "corpus" / "audit.json").read_text())["splits"]["test"]["lookup"]
     assert f"| {lookup['bleu']:.2f} | {lookup['bleu']:.2f} |" in text
     assert "| Vanilla (2L layers) | 6+6 | not run yet |" in text  # label and depth from its declaration
@@ -143,6 +156,13 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     assert training.split(" | ")[-3:-1] == ["-", "-"]
     assert final["test"]["bleu_signature"] in text
     assert os.path.getsize(paths["plot"]) > 10000
+
+
+def test_each_shared_model_is_also_compared_with_its_own_unshared_pair():
+    assert budget_report.pair_of("san_dec2L") == "vanilla_dec2L"
+    for name in ["vanilla_dec2L", "cycle_rev_2L", "attn_shared", "vanilla_2L_dec1", "nodec_ffn",
+                 "one_wide_ffn", "vanilla_2L"]:
+        assert budget_report.pair_of(name) is None, name
 
 
 def test_early_stop_counts_validations_at_the_checkpoint_interval():

@@ -4,7 +4,8 @@ Reads ``RESULTS/milestones/*.json`` and ``RESULTS/runs/*.json``
 (:mod:`fairseq_shared.experiments.budget_curve`), the hypotheses in ``RESULTS/hyps/`` and the
 corpus audit copied to ``RESULTS/corpus/``; writes ``RESULTS/tables.md`` (test BLEU and chrF
 at every milestone and of the final averaged model, the lookup row, the signatures, a paired
-bootstrap of the final models against vanilla with the same seed) and
+bootstrap of the final models against vanilla with the same seed, and against their unshared
+pair where that is another model: SAN 3+6 against vanilla 3+6) and
 ``RESULTS/budget_curves.png`` (test BLEU against updates and against training CPU-hours; one
 line per configuration, the band spanning the seeds).
 
@@ -22,7 +23,8 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.budget_curve import NAMES
 from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
-from fairseq_shared.experiments.evidence_report import fmt_spread, paired_bootstrap, read_lines
+from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_spread, paired_bootstrap,
+                                                         read_lines)
 from fairseq_shared.experiments.plots import save_panels
 
 BASELINE = "vanilla"
@@ -64,7 +66,7 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
             *[f"{k:,} updates" for k in updates], "final: average of last checkpoints",
             "updates trained"]
     if metric == "bleu":
-        head.append("final vs vanilla, same seed (ΔBLEU, bootstrap p)")
+        head.append("final vs vanilla 3+3 (and vs its unshared pair), same seed (ΔBLEU, bootstrap p)")
     lines = [f"## Test {title} (mean ± sd over seeds, per seed in brackets)", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if lookup:
@@ -125,20 +127,40 @@ def rate_table(rates: Dict) -> List[str]:
     return lines + [""]
 
 
+def pair_of(name: str) -> Optional[str]:
+    """The unshared model a configuration is the shared version of, where that is not vanilla
+    3+3: the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
+    config = select_configs(CONFIGS, name, None)[0]
+    pair = BASELINES.get(config["tables"][0])
+    return pair if pair not in (None, BASELINE, name) else None
+
+
+def _versus(base: Dict[int, Dict], by_seed: Dict[int, Dict], results: str,
+            refs: List[str]) -> List[str]:
+    cells = []
+    for seed, r in sorted(by_seed.items()):
+        b = base.get(seed)
+        if b:
+            p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
+                                 read_lines(Path(results) / r["test"]["hypotheses"]), refs)
+            cells.append(f"s{seed}: {r['test']['bleu'] - b['test']['bleu']:+.2f}, "
+                         f"p={p['bleu_p']:.3f}")
+    return cells
+
+
 def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
+    """The bootstrap cell of each final model: against vanilla 3+3 with the same seed, and
+    against its own unshared pair (:func:`pair_of`) where it has one."""
     out = {}
-    base = finals.get(BASELINE, {})
     for name, by_seed in finals.items():
         if name == BASELINE:
             continue
-        cells = []
-        for seed, r in sorted(by_seed.items()):
-            b = base.get(seed)
-            if b:
-                p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
-                                     read_lines(Path(results) / r["test"]["hypotheses"]), refs)
-                cells.append(f"s{seed}: {r['test']['bleu'] - b['test']['bleu']:+.2f}, "
-                             f"p={p['bleu_p']:.3f}")
+        cells = _versus(finals.get(BASELINE, {}), by_seed, results, refs)
+        pair = pair_of(name)
+        if pair in finals:
+            label, layers = describe(pair, list(finals[pair].values()))
+            cells += [f"against {label} {layers}: " + "; ".join(
+                _versus(finals[pair], by_seed, results, refs) or ["no common seed"])]
         out[name] = "; ".join(cells) or "-"
     return out
 
@@ -214,8 +236,9 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
              " and `runs/*.json` by `python -m fairseq_shared.cli.budget render`. Each milestone "
              "is the test set decoded from the checkpoint at that update; the final column "
              "averages the last interval checkpoints of the run (`average_of` in its file). "
-             "Paired bootstrap: sacreBLEU, 1000 samples, final model against vanilla with the "
-             "same seed. Training CPU time is the process's CPU time over all its threads; a run "
+             "Paired bootstrap: sacreBLEU, 1000 samples, final model against vanilla 3+3 with the "
+             "same seed, and against its unshared pair where that is another model (SAN 3+6 "
+             "against vanilla 3+6). Training CPU time is the process's CPU time over all its threads; a run "
              "with other work beside it reads high (README.md, Progress, says which).", ""]
     lines += metric_table("bleu", stages, finals, updates, lookup, paired)
     lines += metric_table("chrf", stages, finals, updates, lookup, {})
