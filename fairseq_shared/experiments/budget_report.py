@@ -23,8 +23,8 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.budget_curve import NAMES
 from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
-from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_spread, paired_bootstrap,
-                                                         read_lines)
+from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_paired, fmt_spread,
+                                                         paired_by_seed, read_lines)
 from fairseq_shared.experiments.plots import save_panels
 
 BASELINE = "vanilla"
@@ -135,19 +135,6 @@ def pair_of(name: str) -> Optional[str]:
     return pair if pair not in (None, BASELINE, name) else None
 
 
-def _versus(base: Dict[int, Dict], by_seed: Dict[int, Dict], results: str,
-            refs: List[str]) -> List[str]:
-    cells = []
-    for seed, r in sorted(by_seed.items()):
-        b = base.get(seed)
-        if b:
-            p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
-                                 read_lines(Path(results) / r["test"]["hypotheses"]), refs)
-            cells.append(f"s{seed}: {r['test']['bleu'] - b['test']['bleu']:+.2f}, "
-                         f"p={p['bleu_p']:.3f}")
-    return cells
-
-
 def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
     """The bootstrap cell of each final model: against vanilla 3+3 with the same seed, and
     against its own unshared pair (:func:`pair_of`) where it has one."""
@@ -155,13 +142,15 @@ def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
     for name, by_seed in finals.items():
         if name == BASELINE:
             continue
-        cells = _versus(finals.get(BASELINE, {}), by_seed, results, refs)
+        runs = list(by_seed.values())
+        cells = [fmt_paired(paired_by_seed(list(finals.get(BASELINE, {}).values()), runs,
+                                           results, refs))]
         pair = pair_of(name)
         if pair in finals:
             label, layers = describe(pair, list(finals[pair].values()))
-            cells += [f"against {label} {layers}: " + "; ".join(
-                _versus(finals[pair], by_seed, results, refs) or ["no common seed"])]
-        out[name] = "; ".join(cells) or "-"
+            versus = fmt_paired(paired_by_seed(list(finals[pair].values()), runs, results, refs))
+            cells.append(f"against {label} {layers}: {versus or 'no common seed'}")
+        out[name] = "; ".join(c for c in cells if c) or "-"
     return out
 
 

@@ -85,16 +85,30 @@ def row_stats(name: str, runs: List[Dict], base: Optional[List[Dict]], results: 
         "paired": [],
     }
     if base and name != base[0]["name"]:
-        by_seed = {b["seed"]: b for b in base}
-        for r in runs:
-            b = by_seed.get(r["seed"])
-            if not b:
-                continue
-            p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
-                                 read_lines(Path(results) / r["test"]["hypotheses"]), refs)
-            row["paired"].append({"seed": r["seed"], "delta_bleu": r["test"]["bleu"] - b["test"]["bleu"],
-                                  "delta_chrf": r["test"]["chrf"] - b["test"]["chrf"], **p})
+        row["paired"] = paired_by_seed(base, runs, results, refs)
     return row
+
+
+def paired_by_seed(base: List[Dict], runs: List[Dict], results: str,
+                   refs: List[str]) -> List[Dict]:
+    """Each run against the base run with its seed: the BLEU and chrF deltas and the paired
+    bootstrap's p-values (runs without a base of their seed are left out)."""
+    by_seed = {b["seed"]: b for b in base}
+    out = []
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        b = by_seed.get(r["seed"])
+        if not b:
+            continue
+        p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
+                             read_lines(Path(results) / r["test"]["hypotheses"]), refs)
+        out.append({"seed": r["seed"], "delta_bleu": r["test"]["bleu"] - b["test"]["bleu"],
+                    "delta_chrf": r["test"]["chrf"] - b["test"]["chrf"], **p})
+    return out
+
+
+def fmt_paired(paired: List[Dict]) -> str:
+    """``s1: +0.83, p=0.018; s2: ...``: a table cell of :func:`paired_by_seed`."""
+    return "; ".join(f"s{p['seed']}: {p['delta_bleu']:+.2f}, p={p['bleu_p']:.3f}" for p in paired)
 
 
 def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: str,
@@ -119,8 +133,7 @@ def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: st
         rows.append(row)
         spu = statistics.mean(row["seconds_per_update"])
         rel = f" (x{spu / base_spu:.2f})" if base_spu else ""
-        paired = "; ".join(f"s{p['seed']}: {p['delta_bleu']:+.2f}, p={p['bleu_p']:.3f}"
-                           for p in row["paired"]) or "-"
+        paired = fmt_paired(row["paired"]) or "-"
         vl = fmt_spread(row["valid_loss"], ".3f") if row["valid_loss"] else "-"
         lines.append(
             f"| {row['label']} | {row['N']}+{row['decoder_N']} | {row['M']} | "
