@@ -118,6 +118,8 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     table = (out / "frontier.md").read_text()
     assert "| cycle_rev | ct2_int8 |" in table and "Which to pick" in table
+    san = next(l for l in table.splitlines() if l.startswith("| san | "))
+    assert " / - | " in san  # no CT2 file, no CT2 speed: SAN does not export
     assert "1 warm-up (the longest 1 batches) + 2 timed passes" in table
     # the pick on hand-made options: 0.5 BLEU tolerance
     made = [{"model": m, "engine": "fairseq", "bleu": b, "disk_bytes": d,
@@ -151,6 +153,12 @@ def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path
              / v["engines"]["fairseq"]["batch"]["1"]["cpu_tokens_per_s"])
     assert f"| x{ratio:.2f} |" in row
     assert "| x1.00 |" in next(l for l in table.splitlines() if l.startswith("| vanilla | fairseq |"))
+    # the short table: one row per model, every engine's ratio at each batch size
+    short = next(l for l in table.splitlines() if l.startswith(f"| cycle_rev | {c['params']:,} |"))
+    ts = (c["engines"]["torchscript"]["batch"]["1"]["cpu_tokens_per_s"]
+          / v["engines"]["fairseq"]["batch"]["1"]["cpu_tokens_per_s"])
+    assert f"| {ratio:.2f} / {ts:.2f} / " in short
+    assert next(l for l in table.splitlines() if l.startswith("| vanilla | ")).count("| 1.00 / ") == 2  # each batch size
     # a record of another boot (another session's machine): no ratio, no "fastest"
     other = tmp_path / "results"
     shutil.copytree(out, other)
@@ -161,6 +169,8 @@ def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path
     assert "**Measured in 2 machine boots**" in mixed and "boot another" in mixed
     row = next(l for l in mixed.splitlines() if l.startswith("| cycle_rev | fairseq |"))
     assert "| x" not in row
+    short = next(l for l in mixed.splitlines() if l.startswith(f"| cycle_rev | {c['params']:,} |"))
+    assert short.endswith("| - / - / - / - | - / - / - / - |")
     made = [{"model": m, "engine": "fairseq", "bleu": 20.0, "disk_bytes": 1e6, "boot": boot,
              "batch": {"1": {"cpu_tokens_per_s": t}}} for m, t, boot in (("a", 100, "x"),
                                                                          ("b", 300, "y"))]

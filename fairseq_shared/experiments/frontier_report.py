@@ -104,6 +104,31 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     return out
 
 
+def by_model(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
+    """The short table: one row per model with its BLEU (eager fairseq), its size in float32
+    and int8, and every engine's CPU speed over the anchor's eager fairseq at each batch size."""
+    sizes = [str(b) for b in records[0]["settings"]["batch_sizes"]]
+    ratios = speed_ratios(rows, anchor)
+    found = {(r["model"], r["engine"]): r for r in rows}
+    names = " / ".join(ENGINES)
+    lines = ["| model | parameters | BLEU | MB (fairseq / ct2_int8) | " + " | ".join(
+        f"x{anchor} b={b}: {names}" for b in sizes) + " |",
+        "|---|---:|---:|---|" + "---|" * len(sizes)]
+    for rec in records:
+        name = rec["model"]
+        own = found.get((name, "fairseq"))
+        mb = lambda e: fmt(found[(name, e)]["disk_bytes"] / 1e6, ".2f") if (  # noqa: E731
+            (name, e) in found and found[(name, e)].get("disk_bytes")) else "-"
+        cells = []
+        for bs in sizes:
+            got = [ratios.get((name, e), {}).get(bs) for e in ENGINES]
+            cells.append(" / ".join(f"{x:.2f}" if x else "-" for x in got))
+        params = f"{rec['params']:,}" if rec.get("params") else "-"
+        lines.append(f"| {name} | {params} | {fmt(own['bleu'] if own else None, '.2f')} | "
+                     f"{mb('fairseq')} / {mb('ct2_int8')} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
              anchor: str = ANCHOR) -> str:
     if not records:
@@ -131,6 +156,9 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         ("Measured on one machine boot: " + machines[0] if len(machines) == 1 else
          f"**Measured in {len(machines)} machine boots**; speeds compare only within one: "
          + "; ".join(machines)), "",
+        f"## By model (CPU tok/s over {anchor}'s eager fairseq; - where not measured or not "
+        "comparable)", "", *by_model(records, rows, anchor), "",
+        "## Every option", "",
         "| model | engine | BLEU | chrF | MB | " + " | ".join(
             f"tok/s b={b} | x{anchor} b={b} | steps b={b} | ms/step b={b}" for b in sizes)
         + " | identical |",
