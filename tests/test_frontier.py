@@ -129,6 +129,20 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     assert p["best_bleu"]["option"] == "a / fairseq"
     assert p["fastest"]["1"]["option"] == "b / fairseq"  # c is 0.6 below the best
     assert p["smallest"]["option"] == "b / fairseq"
+    # seeds of one configuration (<configuration>_s<seed>) are picked by their mean
+    from fairseq_shared.experiments.frontier_report import by_configuration
+
+    seeded = [{"model": m, "engine": "fairseq", "bleu": b, "disk_bytes": 4e6, "boot": "x",
+               "batch": {"1": {"cpu_tokens_per_s": t}}}
+              for m, b, t in (("a_s1", 20.0, 100), ("a_s2", 19.0, 300), ("b_s1", 19.8, 150))]
+    grouped = {r["model"]: r for r in by_configuration(seeded)}
+    assert set(grouped) == {"a", "b"} and grouped["a"]["bleu_seeds"] == [20.0, 19.0]
+    assert grouped["a"]["bleu"] == 19.5 and grouped["a"]["batch"]["1"]["cpu_tokens_per_s"] == 200
+    p = pick(list(grouped.values()))
+    assert p["best_bleu"] == {"option": "b / fairseq", "bleu": 19.8, "seeds": [19.8]}
+    assert p["fastest"]["1"]["option"] == "a / fairseq"  # a's mean, not its lucky seed
+    seeded[1]["boot"] = "y"  # one configuration's seeds timed in two boots: no speed ranking
+    assert "fastest_refused" in pick(by_configuration(seeded))
     # re-running skips recorded models; --render-only rewrites the table from the records
     (out / "frontier.md").unlink()
     assert frontier.main(argv) == 0 and (out / "frontier.md").exists()

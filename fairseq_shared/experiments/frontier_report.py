@@ -4,6 +4,8 @@
 import glob
 import json
 import os
+import re
+import statistics
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.frontier import ENGINES
@@ -76,6 +78,34 @@ def unavailable(records: List[Dict]) -> List[str]:
             for engine, e in rec["engines"].items() if not e.get("batch") and e.get("reason")]
 
 
+def configuration(model: str) -> str:
+    """Models named ``<configuration>_s<seed>`` are seeds of one configuration."""
+    return re.sub(r"_s\d+$", "", model)
+
+
+def by_configuration(rows: List[Dict]) -> List[Dict]:
+    """One option per (configuration, engine): BLEU, tokens/s and bytes averaged over its seeds
+    (``bleu_seeds`` keeps each), so that a pick is not one lucky seed. Seeds timed in different
+    machine boots get no common boot, which :func:`pick` refuses to rank by speed."""
+    groups: Dict[tuple, List[Dict]] = {}
+    for r in rows:
+        groups.setdefault((configuration(r["model"]), r["engine"]), []).append(r)
+    out = []
+    for (config, engine), seeds in groups.items():
+        mean = lambda xs: statistics.mean(xs) if xs and None not in xs else None  # noqa: E731
+        sizes = sorted({bs for r in seeds for bs in r["batch"]}, key=int)
+        boots_ = {r.get("boot") for r in seeds}
+        out.append({
+            "model": config, "engine": engine, "bleu": mean([r["bleu"] for r in seeds]),
+            "bleu_seeds": [r["bleu"] for r in seeds],
+            "boot": boots_.pop() if len(boots_) == 1 else ("several boots", config),
+            "disk_bytes": mean([r.get("disk_bytes") for r in seeds]),
+            "batch": {bs: {"cpu_tokens_per_s": mean([r["batch"].get(bs, {}).get(
+                "cpu_tokens_per_s") for r in seeds])} for bs in sizes},
+        })
+    return out
+
+
 def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     """Best BLEU; the fastest (CPU tokens/s, at each batch size) and the smallest (bytes on
     disk) of the options within ``tolerance`` BLEU of the best."""
@@ -84,7 +114,9 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     label = lambda r: f"{r['model']} / {r['engine']}"  # noqa: E731
     best = max(rows, key=lambda r: r["bleu"])
     near = [r for r in rows if r["bleu"] >= best["bleu"] - tolerance]
-    out = {"tolerance_bleu": tolerance, "best_bleu": {"option": label(best), "bleu": best["bleu"]},
+    seeds = lambda r: r.get("bleu_seeds", [r["bleu"]])  # noqa: E731
+    out = {"tolerance_bleu": tolerance,
+           "best_bleu": {"option": label(best), "bleu": best["bleu"], "seeds": seeds(best)},
            "within_tolerance": [label(r) for r in near], "fastest": {}}
     sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
     if len({r.get("boot") for r in near}) > 1:
@@ -95,12 +127,13 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
         timed = [r for r in near if r["batch"].get(bs, {}).get("cpu_tokens_per_s")]
         if timed:
             f = max(timed, key=lambda r: r["batch"][bs]["cpu_tokens_per_s"])
-            out["fastest"][bs] = {"option": label(f), "bleu": f["bleu"],
+            out["fastest"][bs] = {"option": label(f), "bleu": f["bleu"], "seeds": seeds(f),
                                   "cpu_tokens_per_s": f["batch"][bs]["cpu_tokens_per_s"]}
     sized = [r for r in near if r.get("disk_bytes")]
     if sized:
         s = min(sized, key=lambda r: r["disk_bytes"])
-        out["smallest"] = {"option": label(s), "bleu": s["bleu"], "disk_bytes": s["disk_bytes"]}
+        out["smallest"] = {"option": label(s), "bleu": s["bleu"], "seeds": seeds(s),
+                           "disk_bytes": s["disk_bytes"]}
     return out
 
 
@@ -185,20 +218,28 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         lines += ["", "Not measured:", ""] + [f"- {m}" for m in missing]
     if choice:
         lines += ["", f"## Which to pick (within {choice['tolerance_bleu']} BLEU of the best)", "",
+                  "Models named `<configuration>_s<seed>` count as one configuration: its BLEU, "
+                  "speed and size are the means over its seeds (each seed's BLEU in brackets).", "",
                   f"- best BLEU: {choice['best_bleu']['option']} "
-                  f"({choice['best_bleu']['bleu']:.2f})"]
+                  f"({_bleu(choice['best_bleu'])})"]
         if "fastest_refused" in choice:
             lines.append(f"- fastest: not given: {choice['fastest_refused']}")
         for bs, f in choice["fastest"].items():
-            lines.append(f"- fastest at batch {bs}: {f['option']} ({f['bleu']:.2f} BLEU, "
+            lines.append(f"- fastest at batch {bs}: {f['option']} ({_bleu(f)} BLEU, "
                          f"{f['cpu_tokens_per_s']:.1f} CPU tok/s)")
         if "smallest" in choice:
             s = choice["smallest"]
-            lines.append(f"- smallest: {s['option']} ({s['bleu']:.2f} BLEU, "
+            lines.append(f"- smallest: {s['option']} ({_bleu(s)} BLEU, "
                          f"{s['disk_bytes'] / 1e6:.2f} MB)")
     sig = next((c["bleu_signature"] for r in rows for c in r["batch"].values()), "")
     lines += ["", f"BLEU signature: `{sig}`", ""]
     return "\n".join(lines)
+
+
+def _bleu(option: Dict) -> str:
+    seeds = option.get("seeds") or [option["bleu"]]
+    return (f"{option['bleu']:.2f}" if len(seeds) == 1 else
+            f"{option['bleu']:.2f} [{', '.join(format(b, '.2f') for b in seeds)}]")
 
 
 def plots(rows: List[Dict], out: str) -> List[str]:
@@ -255,7 +296,7 @@ def render(out: str, anchor: str = ANCHOR) -> Dict[str, str]:
     """``frontier.md``, ``pick.json`` and the two plots in ``out``, from its records."""
     records = load_records(out)
     rows = options(records)
-    choice = pick(rows)
+    choice = pick(by_configuration(rows))
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown(records, rows, choice, anchor))
