@@ -141,6 +141,13 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     p = pick(list(grouped.values()))
     assert p["best_bleu"] == {"option": "b / fairseq", "bleu": 19.8, "seeds": [19.8]}
     assert p["fastest"]["1"]["option"] == "a / fairseq"  # a's mean, not its lucky seed
+    from fairseq_shared.experiments.frontier_report import short_table
+
+    recs = [{"model": m, "params": 1000, "settings": {"batch_sizes": [1]}}
+            for m in ("a_s1", "a_s2", "b_s1")]
+    lines = short_table(recs, seeded, anchor="a_s1")
+    assert lines[2:] == ["| a | 2 | 1,000 | 19.50 [20.00, 19.00] | 4.00 / - | 1.00 / - / - / - |",
+                         "| b | 1 | 1,000 | 19.80 | 4.00 / - | 0.75 / - / - / - |"]
     seeded[1]["boot"] = "y"  # one configuration's seeds timed in two boots: no speed ranking
     assert "fastest_refused" in pick(by_configuration(seeded))
     # re-running skips recorded models; --render-only rewrites the table from the records
@@ -167,8 +174,8 @@ def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path
              / v["engines"]["fairseq"]["batch"]["1"]["cpu_tokens_per_s"])
     assert f"| x{ratio:.2f} |" in row
     assert "| x1.00 |" in next(l for l in table.splitlines() if l.startswith("| vanilla | fairseq |"))
-    # the short table: one row per model, every engine's ratio at each batch size
-    short = next(l for l in table.splitlines() if l.startswith(f"| cycle_rev | {c['params']:,} |"))
+    # the short table: one row per configuration, every engine's ratio at each batch size
+    short = next(l for l in table.splitlines() if l.startswith(f"| cycle_rev | 1 | {c['params']:,} |"))
     ts = (c["engines"]["torchscript"]["batch"]["1"]["cpu_tokens_per_s"]
           / v["engines"]["fairseq"]["batch"]["1"]["cpu_tokens_per_s"])
     assert f"| {ratio:.2f} / {ts:.2f} / " in short
@@ -183,7 +190,7 @@ def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path
     assert "**Measured in 2 machine boots**" in mixed and "boot another" in mixed
     row = next(l for l in mixed.splitlines() if l.startswith("| cycle_rev | fairseq |"))
     assert "| x" not in row
-    short = next(l for l in mixed.splitlines() if l.startswith(f"| cycle_rev | {c['params']:,} |"))
+    short = next(l for l in mixed.splitlines() if l.startswith(f"| cycle_rev | 1 | {c['params']:,} |"))
     assert short.endswith("| - / - / - / - | - / - / - / - |")
     made = [{"model": m, "engine": "fairseq", "bleu": 20.0, "disk_bytes": 1e6, "boot": boot,
              "batch": {"1": {"cpu_tokens_per_s": t}}} for m, t, boot in (("a", 100, "x"),

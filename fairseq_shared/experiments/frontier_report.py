@@ -137,18 +137,21 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     return out
 
 
-def by_model(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
-    """The short table: one row per model with its BLEU (eager fairseq), its size in float32
-    and int8, and every engine's CPU speed over the anchor's eager fairseq at each batch size."""
+def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
+    """One row per configuration (:func:`by_configuration`, means over seeds): its BLEU (eager
+    fairseq), its size in float32 and int8, and every engine's CPU speed over the anchor
+    configuration's eager fairseq at each batch size."""
     sizes = [str(b) for b in records[0]["settings"]["batch_sizes"]]
-    ratios = speed_ratios(rows, anchor)
-    found = {(r["model"], r["engine"]): r for r in rows}
+    configs = by_configuration(rows)
+    base = configuration(anchor)
+    ratios = speed_ratios(configs, base)
+    found = {(r["model"], r["engine"]): r for r in configs}
+    params = {configuration(rec["model"]): rec.get("params") for rec in records}
     names = " / ".join(ENGINES)
-    lines = ["| model | parameters | BLEU | MB (fairseq / ct2_int8) | " + " | ".join(
-        f"x{anchor} b={b}: {names}" for b in sizes) + " |",
-        "|---|---:|---:|---|" + "---|" * len(sizes)]
-    for rec in records:
-        name = rec["model"]
+    lines = ["| configuration | seeds | parameters | BLEU | MB (fairseq / ct2_int8) | " + " | ".join(
+        f"x{base} b={b}: {names}" for b in sizes) + " |",
+        "|---|---:|---:|---:|---|" + "---|" * len(sizes)]
+    for name in dict.fromkeys(configuration(rec["model"]) for rec in records):
         own = found.get((name, "fairseq"))
         mb = lambda e: fmt(found[(name, e)]["disk_bytes"] / 1e6, ".2f") if (  # noqa: E731
             (name, e) in found and found[(name, e)].get("disk_bytes")) else "-"
@@ -156,9 +159,10 @@ def by_model(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> Lis
         for bs in sizes:
             got = [ratios.get((name, e), {}).get(bs) for e in ENGINES]
             cells.append(" / ".join(f"{x:.2f}" if x else "-" for x in got))
-        params = f"{rec['params']:,}" if rec.get("params") else "-"
-        lines.append(f"| {name} | {params} | {fmt(own['bleu'] if own else None, '.2f')} | "
-                     f"{mb('fairseq')} / {mb('ct2_int8')} | " + " | ".join(cells) + " |")
+        count = f"{params[name]:,}" if params.get(name) else "-"
+        lines.append(f"| {name} | {len(own['bleu_seeds']) if own else '-'} | {count} | "
+                     f"{_bleu({'bleu': own['bleu'], 'seeds': own['bleu_seeds']}) if own else '-'}"
+                     f" | {mb('fairseq')} / {mb('ct2_int8')} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -189,8 +193,9 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         ("Measured on one machine boot: " + machines[0] if len(machines) == 1 else
          f"**Measured in {len(machines)} machine boots**; speeds compare only within one: "
          + "; ".join(machines)), "",
-        f"## By model (CPU tok/s over {anchor}'s eager fairseq; - where not measured or not "
-        "comparable)", "", *by_model(records, rows, anchor), "",
+        "## By configuration (means over seeds, each seed's BLEU in brackets; CPU tok/s over "
+        f"{configuration(anchor)}'s eager fairseq; - where not measured or not comparable)", "",
+        *short_table(records, rows, anchor), "",
         "## Every option", "",
         "| model | engine | BLEU | chrF | MB | " + " | ".join(
             f"tok/s b={b} | x{anchor} b={b} | steps b={b} | ms/step b={b}" for b in sizes)
