@@ -263,3 +263,24 @@ def test_the_budget_frontier_refuses_another_build_of_the_corpus(budget_frontier
     (results / "corpus" / "source.dict.txt").write_text("▁a 5\n")
     with pytest.raises(SystemExit, match=r"dict\.es\.txt differs from .*source\.dict\.txt"):
         budget_frontier.main(["--data", toy, "--results", str(results), "--dry-run"])
+
+
+def test_a_resumed_frontier_measures_again_what_another_boot_recorded(frontier_run, tmp_path):
+    import shutil
+
+    from fairseq_shared.experiments.drivers import frontier
+    from fairseq_shared.timing import machine
+
+    out, argv = frontier_run
+    copy = tmp_path / "results"
+    shutil.copytree(out, copy)
+    argv = [str(copy) if a == str(out) else a for a in argv]
+    v = _record(copy, "vanilla")
+    v["machine"] = dict(v["machine"], boot_id="another-boot-0000")
+    (copy / "models" / "vanilla.json").write_text(json.dumps(v))
+    before = (copy / "models" / "cycle_rev.json").read_text()
+    assert frontier.main(argv) == 0
+    assert _record(copy, "vanilla")["machine"] == machine.describe()  # measured again
+    assert (copy / "models" / "cycle_rev.json").read_text() == before  # this boot's: skipped
+    assert "machine boots" not in (copy / "frontier.md").read_text().split("## By")[0]
+

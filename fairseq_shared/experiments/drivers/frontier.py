@@ -9,7 +9,8 @@ fairseq, TorchScript and CTranslate2 float32/int8 (SAN and anything else that do
 export: recorded as not exportable, with the reason), at each batch size. One JSON per model
 (``<out>/models/<name>.json``, hypotheses in ``<out>/hyp/``) is written, and with
 ``--commit`` git-committed, the moment the model is done; a model whose record exists with
-the same settings is skipped. Then ``frontier.md`` (the table and "which to pick"),
+the same settings, measured in this machine boot, is skipped (one from another boot is
+measured again, since speeds compare only within one boot). Then ``frontier.md`` (the table and "which to pick"),
 ``pick.json`` and ``frontier_bleu_vs_speed.png`` / ``frontier_bleu_vs_mb.png`` are rendered
 from the records only (``--render-only`` does just that). See
 :mod:`fairseq_shared.experiments.frontier`.
@@ -82,6 +83,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper())
     args = build_parser().parse_args(argv)
     from fairseq_shared.experiments import frontier, frontier_report
+    from fairseq_shared.timing.machine import boot_key, describe
 
     if not args.render_only:
         if not args.data:
@@ -106,12 +108,18 @@ def main(argv=None) -> int:
 
             repo = results_repository(args.out)
         settings = frontier.settings_for(args)
+        here = boot_key(describe())
         for name, path in checkpoints.items():
             old = frontier.load_record(args.out, name)
             if old and old.get("settings") == settings and not args.redo:
-                print(f"[frontier] {name}: recorded with these settings; skipped",
+                if boot_key(old.get("machine")) == here:
+                    print(f"[frontier] {name}: recorded with these settings; skipped",
+                          file=sys.stderr)
+                    continue
+                # speeds compare only within one boot: a stopped frontier resumed on
+                # another machine measures its models again rather than mixing boots
+                print(f"[frontier] {name}: recorded in another machine boot; measured again",
                       file=sys.stderr)
-                continue
             record = frontier.measure_model(
                 name, path, args.data, args.work, settings,
                 progress=lambda m: print(m, file=sys.stderr, flush=True))
