@@ -8,8 +8,8 @@ run's record) are about equal, the anchor (vanilla 3+3 s1) first in the first wo
 worker is ``python -m fairseq_shared.cli.frontier ... --commit``: a model's record is committed
 the moment it is measured (git's index lock is waited for), and the worker that ends last
 renders the whole table. A model already recorded with these settings in this machine boot is
-skipped (one from another boot is measured again), so the
-command can be run again after a stop.
+skipped (one from another boot is measured again), so the command can be run again after a
+stop.
 """
 
 import argparse

@@ -139,7 +139,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     assert set(grouped) == {"a", "b"} and grouped["a"]["bleu_seeds"] == [20.0, 19.0]
     assert grouped["a"]["bleu"] == 19.5 and grouped["a"]["batch"]["1"]["cpu_tokens_per_s"] == 200
     p = pick(list(grouped.values()))
-    assert p["best_bleu"] == {"option": "b / fairseq", "bleu": 19.8, "seeds": [19.8]}
+    assert p["best_bleu"] == {"option": "b / fairseq", "bleu": 19.8, "bleu_seeds": [19.8]}
     assert p["fastest"]["1"]["option"] == "a / fairseq"  # a's mean, not its lucky seed
     from fairseq_shared.experiments.frontier_report import short_table
 

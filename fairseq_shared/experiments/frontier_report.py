@@ -90,9 +90,9 @@ def by_configuration(rows: List[Dict]) -> List[Dict]:
     groups: Dict[tuple, List[Dict]] = {}
     for r in rows:
         groups.setdefault((configuration(r["model"]), r["engine"]), []).append(r)
+    mean = lambda xs: statistics.mean(xs) if xs and None not in xs else None  # noqa: E731
     out = []
     for (config, engine), seeds in groups.items():
-        mean = lambda xs: statistics.mean(xs) if xs and None not in xs else None  # noqa: E731
         sizes = sorted({bs for r in seeds for bs in r["batch"]}, key=int)
         boots_ = {r.get("boot") for r in seeds}
         out.append({
@@ -116,7 +116,7 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     near = [r for r in rows if r["bleu"] >= best["bleu"] - tolerance]
     seeds = lambda r: r.get("bleu_seeds", [r["bleu"]])  # noqa: E731
     out = {"tolerance_bleu": tolerance,
-           "best_bleu": {"option": label(best), "bleu": best["bleu"], "seeds": seeds(best)},
+           "best_bleu": {"option": label(best), "bleu": best["bleu"], "bleu_seeds": seeds(best)},
            "within_tolerance": [label(r) for r in near], "fastest": {}}
     sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
     if len({r.get("boot") for r in near}) > 1:
@@ -127,12 +127,12 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
         timed = [r for r in near if r["batch"].get(bs, {}).get("cpu_tokens_per_s")]
         if timed:
             f = max(timed, key=lambda r: r["batch"][bs]["cpu_tokens_per_s"])
-            out["fastest"][bs] = {"option": label(f), "bleu": f["bleu"], "seeds": seeds(f),
+            out["fastest"][bs] = {"option": label(f), "bleu": f["bleu"], "bleu_seeds": seeds(f),
                                   "cpu_tokens_per_s": f["batch"][bs]["cpu_tokens_per_s"]}
     sized = [r for r in near if r.get("disk_bytes")]
     if sized:
         s = min(sized, key=lambda r: r["disk_bytes"])
-        out["smallest"] = {"option": label(s), "bleu": s["bleu"], "seeds": seeds(s),
+        out["smallest"] = {"option": label(s), "bleu": s["bleu"], "bleu_seeds": seeds(s),
                            "disk_bytes": s["disk_bytes"]}
     return out
 
@@ -161,7 +161,7 @@ def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> 
             cells.append(" / ".join(f"{x:.2f}" if x else "-" for x in got))
         count = f"{params[name]:,}" if params.get(name) else "-"
         lines.append(f"| {name} | {len(own['bleu_seeds']) if own else '-'} | {count} | "
-                     f"{_bleu({'bleu': own['bleu'], 'seeds': own['bleu_seeds']}) if own else '-'}"
+                     f"{_bleu(own) if own else '-'}"
                      f" | {mb('fairseq')} / {mb('ct2_int8')} | " + " | ".join(cells) + " |")
     return lines
 
@@ -242,7 +242,7 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
 
 
 def _bleu(option: Dict) -> str:
-    seeds = option.get("seeds") or [option["bleu"]]
+    seeds = option.get("bleu_seeds") or [option["bleu"]]
     return (f"{option['bleu']:.2f}" if len(seeds) == 1 else
             f"{option['bleu']:.2f} [{', '.join(format(b, '.2f') for b in seeds)}]")
 
