@@ -156,6 +156,11 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     assert training.split(" | ")[-3:-1] == ["-", "-"]
     assert final["test"]["bleu_signature"] in text
     assert os.path.getsize(paths["plot"]) > 10000
+    # the README's table: the finished configurations, SAN's row as in tables.md, no frontier yet
+    summary = Path(paths["summary"]).read_text().splitlines()
+    san_row = next(l for l in summary if l.startswith("| `san_dec2L`: "))
+    assert san.split(" | ")[-1] in san_row and san_row.endswith("| not measured | - |")
+    assert not any("vanilla_2L_dec1" in l for l in summary)  # still training: no final model
 
 
 def test_each_shared_model_is_also_compared_with_its_own_unshared_pair():

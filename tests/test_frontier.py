@@ -148,6 +148,19 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     lines = short_table(recs, seeded, anchor="a_s1")
     assert lines[2:] == ["| a | 2 | 1,000 | 19.50 [20.00, 19.00] | 4.00 / - | 1.00 / - / - / - |",
                          "| b | 1 | 1,000 | 19.80 | 4.00 / - | 0.75 / - / - / - |"]
+    # a configuration named as the anchor (the default `--anchor vanilla` when the models are
+    # vanilla_s1, ...) anchors the per-model table at its first seed, not at nothing
+    from fairseq_shared.experiments.frontier_report import anchor_model, markdown
+
+    assert anchor_model(seeded, "a") == "a_s1" and anchor_model(seeded, "a_s2") == "a_s2"
+    for r, rec in zip(seeded, recs):
+        r["batch"]["1"]["bleu_signature"] = "sig"
+        r["chrf"], rec["engines"], rec["settings"] = 40.0, {}, {**rec["settings"], "subset": "test", "beam": 4,
+                                            "lenpen": 1.0, "max_len_a": 1.2, "max_len_b": 10,
+                                            "threads": 1, "warmup": 1, "repeats": 2}
+    assert markdown(recs, seeded, None, "a") == markdown(recs, seeded, None, "a_s1")
+    assert "| b_s1 | fairseq | 19.80 | 40.00 | 4.00 | 150.0 (-) | x1.50 |" in markdown(
+        recs, seeded, None, "a")
     seeded[1]["boot"] = "y"  # one configuration's seeds timed in two boots: no speed ranking
     assert "fastest_refused" in pick(by_configuration(seeded))
     # re-running skips recorded models; --render-only rewrites the table from the records

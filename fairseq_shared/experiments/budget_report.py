@@ -7,7 +7,9 @@ at every milestone and of the final averaged model, the lookup row, the signatur
 bootstrap of the final models against vanilla with the same seed, and against their unshared
 pair where that is another model: SAN 3+6 against vanilla 3+6) and
 ``RESULTS/budget_curves.png`` (test BLEU against updates and against training CPU-hours; one
-line per configuration, the band spanning the seeds).
+line per configuration, the band spanning the seeds), and ``RESULTS/summary.md``
+(:mod:`fairseq_shared.experiments.budget_summary`: the README's table, joined with the frontier
+of the same final models in ``RESULTS/frontier/``).
 
 The runs' own CPU totals come from several machines and loads, so training cost is compared
 with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
@@ -21,7 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.budget_curve import NAMES
+from fairseq_shared.experiments.budget_summary import summary_table
 from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
 from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_paired, fmt_spread,
                                                          paired_by_seed, read_lines)
@@ -234,14 +238,26 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     signatures = sorted({(r["test"]["bleu_signature"], r["test"]["chrf_signature"])
                          for r in records})
     rates = training_rates(results)
+    cpu_per_update = ({n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
+                      if rates else None)
     if rates:
         lines += rate_table(rates)
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
-    paths = {"tables": str(out / "tables.md")}
-    figure = plot(stages, out, lookup["bleu"] if lookup else None,
-                  {n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
-                  if rates else None)
+    paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}
+    frontier = frontier_report.load_records(str(out / "frontier"))
+    summary = ["# Quality, training cost, size and decoding speed of the final models", "",
+               "Rendered by `python -m fairseq_shared.cli.budget render` from `runs/*.json` "
+               "(test BLEU of the final averaged models; paired bootstrap as in `tables.md`), "
+               f"`{RATE_FILE}` (training CPU per update, every configuration in one run on one "
+               "machine, over vanilla 3+3's) and `frontier/models/*.json` (the same final "
+               "models decoding the whole test set: beam 4, one thread, CPU tokens/s over "
+               "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
+               "cost, wall clock and every model's row in `frontier/frontier.md`).", "",
+               *summary_table(finals, paired, cpu_per_update, frontier,
+                              lookup["bleu"] if lookup else None), ""]
+    (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
+    figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:
         paths["plot"] = figure
     return paths

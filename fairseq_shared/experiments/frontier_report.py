@@ -60,6 +60,16 @@ def speed_ratios(rows: List[Dict], anchor: str) -> Dict[tuple, Dict[str, Optiona
     return out
 
 
+def anchor_model(rows: List[Dict], anchor: str) -> str:
+    """The model whose speed is x1.00 in the per-model table: ``anchor`` where it was recorded,
+    else the first seed of the configuration it names (``vanilla`` -> ``vanilla_s1``), so that a
+    render names the anchor either way."""
+    models = sorted({r["model"] for r in rows})
+    if anchor in models:
+        return anchor
+    return next((m for m in models if configuration(m) == anchor), anchor)
+
+
 def boots(records: List[Dict]) -> List[str]:
     """One line per machine boot the records were measured in (which models, on what)."""
     groups: Dict[tuple, List[str]] = {}
@@ -137,32 +147,47 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
     return out
 
 
-def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
-    """One row per configuration (:func:`by_configuration`, means over seeds): its BLEU (eager
-    fairseq), its size in float32 and int8, and every engine's CPU speed over the anchor
-    configuration's eager fairseq at each batch size."""
+def configuration_cells(records: List[Dict], rows: List[Dict],
+                        anchor: str = ANCHOR) -> Dict[str, Dict[str, str]]:
+    """Per configuration (:func:`by_configuration`, means over seeds), in the records' order, the
+    cells of its row: seeds, parameters, BLEU (eager fairseq), MB in float32 / int8, and under
+    ``"b=<size>"`` every engine's CPU speed over the anchor configuration's eager fairseq."""
     sizes = [str(b) for b in records[0]["settings"]["batch_sizes"]]
     configs = by_configuration(rows)
-    base = configuration(anchor)
-    ratios = speed_ratios(configs, base)
+    ratios = speed_ratios(configs, configuration(anchor))
     found = {(r["model"], r["engine"]): r for r in configs}
     params = {configuration(rec["model"]): rec.get("params") for rec in records}
-    names = " / ".join(ENGINES)
-    lines = ["| configuration | seeds | parameters | BLEU | MB (fairseq / ct2_int8) | " + " | ".join(
-        f"x{base} b={b}: {names}" for b in sizes) + " |",
-        "|---|---:|---:|---:|---|" + "---|" * len(sizes)]
+    out = {}
     for name in dict.fromkeys(configuration(rec["model"]) for rec in records):
         own = found.get((name, "fairseq"))
         mb = lambda e: fmt(found[(name, e)]["disk_bytes"] / 1e6, ".2f") if (  # noqa: E731
             (name, e) in found and found[(name, e)].get("disk_bytes")) else "-"
-        cells = []
+        out[name] = {"seeds": str(len(own["bleu_seeds"])) if own else "-",
+                     "parameters": f"{params[name]:,}" if params.get(name) else "-",
+                     "bleu": _bleu(own) if own else "-",
+                     "mb": f"{mb('fairseq')} / {mb('ct2_int8')}"}
         for bs in sizes:
             got = [ratios.get((name, e), {}).get(bs) for e in ENGINES]
-            cells.append(" / ".join(f"{x:.2f}" if x else "-" for x in got))
-        count = f"{params[name]:,}" if params.get(name) else "-"
-        lines.append(f"| {name} | {len(own['bleu_seeds']) if own else '-'} | {count} | "
-                     f"{_bleu(own) if own else '-'}"
-                     f" | {mb('fairseq')} / {mb('ct2_int8')} | " + " | ".join(cells) + " |")
+            out[name][f"b={bs}"] = " / ".join(f"{x:.2f}" if x else "-" for x in got)
+    return out
+
+
+def speed_headers(records: List[Dict], anchor: str = ANCHOR) -> List[str]:
+    """The headers of :func:`configuration_cells`' speed cells, one per batch size."""
+    names = " / ".join(ENGINES)
+    return [f"x{configuration(anchor)} b={b}: {names}"
+            for b in records[0]["settings"]["batch_sizes"]]
+
+
+def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
+    """One row per configuration: :func:`configuration_cells`."""
+    heads = speed_headers(records, anchor)
+    lines = ["| configuration | seeds | parameters | BLEU | MB (fairseq / ct2_int8) | "
+             + " | ".join(heads) + " |", "|---|---:|---:|---:|---|" + "---|" * len(heads)]
+    for name, c in configuration_cells(records, rows, anchor).items():
+        speeds = [v for k, v in c.items() if k.startswith("b=")]
+        lines.append(f"| {name} | {c['seeds']} | {c['parameters']} | {c['bleu']} | {c['mb']} | "
+                     + " | ".join(speeds) + " |")
     return lines
 
 
@@ -172,6 +197,7 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         return "# Frontier\n\nNo model records yet.\n"
     st = records[0]["settings"]
     sizes = [str(b) for b in st["batch_sizes"]]
+    anchor = anchor_model(rows, anchor)
     ratios = speed_ratios(rows, anchor)
     machines = boots(records)
     lines = [
@@ -248,9 +274,12 @@ def _bleu(option: Dict) -> str:
 
 
 def plots(rows: List[Dict], out: str) -> List[str]:
+    """BLEU against CPU tokens/s (a panel per batch size) and against MB on disk, one point per
+    option of ``rows`` (:func:`render` passes the configurations' means over seeds)."""
     from fairseq_shared.plotting import pyplot
 
     plt = pyplot()
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     markers = dict(zip(ENGINES, ("o", "s", "^", "v")))
     models = sorted({r["model"] for r in rows})
@@ -264,13 +293,16 @@ def plots(rows: List[Dict], out: str) -> List[str]:
             if x:
                 ax.scatter(x, r["bleu"], marker=markers[r["engine"]], c=colors[r["model"]])
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 200, 500, 1000, 2000, ...
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"output tokens per CPU second, batch {bs}")
         ax.set_ylabel("BLEU")
         ax.grid(alpha=0.3)
     _legend(axes[0][-1], models, colors, markers)
     fig.tight_layout()
     paths.append(os.path.join(out, "frontier_bleu_vs_speed.png"))
-    fig.savefig(paths[-1], dpi=120)
+    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for r in rows:
@@ -283,7 +315,7 @@ def plots(rows: List[Dict], out: str) -> List[str]:
     _legend(ax, models, colors, markers)
     fig.tight_layout()
     paths.append(os.path.join(out, "frontier_bleu_vs_mb.png"))
-    fig.savefig(paths[-1], dpi=120)
+    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
     plt.close(fig)
     return paths
 
@@ -292,9 +324,9 @@ def _legend(ax, models, colors, markers):
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colors[m], marker="o", ls="", label=m) for m in models]
-    handles += [Line2D([], [], color="gray", marker=mk, ls="", label=e)
+    handles += [Line2D([], [], color="black", marker=mk, ls="", label=e)
                 for e, mk in markers.items()]
-    ax.legend(handles=handles, fontsize=7)
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
 
 
 def render(out: str, anchor: str = ANCHOR) -> Dict[str, str]:
@@ -308,6 +340,6 @@ def render(out: str, anchor: str = ANCHOR) -> Dict[str, str]:
     with open(paths["pick"], "w", encoding="utf-8") as f:
         json.dump(choice, f, indent=1)
     if rows:
-        for p in plots(rows, out):
+        for p in plots(by_configuration(rows), out):
             paths[os.path.basename(p)] = p
     return paths

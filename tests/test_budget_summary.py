@@ -1,0 +1,51 @@
+"""The README's answer table: each configuration's budget results joined with the frontier's
+size and speed of the same final models, in the README's order, from hand-made records."""
+
+from fairseq_shared.experiments.budget_summary import summary_table
+
+
+def final(name, seed, bleu, decoder_n=3, params=1000):
+    return {"name": name, "seed": seed, "label": name.title(), "N": 3, "decoder_N": decoder_n,
+            "params": params, "test": {"bleu": bleu}}
+
+
+def frontier_record(model, tok_s, int8_tok_s=None, machine=None):
+    batch = lambda t: {"1": {"bleu": 20.0, "chrf": 40.0, "cpu_tokens_per_s": t}}  # noqa: E731
+    engines = {"fairseq": {"batch": batch(tok_s), "disk_bytes": 8e6}}
+    if int8_tok_s:
+        engines["ct2_int8"] = {"batch": batch(int8_tok_s), "disk_bytes": 2e6}
+    return {"model": model, "params": 1000, "settings": {"batch_sizes": [1]},
+            "machine": machine or {"host": "h", "cpu_model": "c", "boot_id": "b"},
+            "engines": engines}
+
+
+def test_rows_join_the_budget_and_the_frontier_in_the_readme_order():
+    finals = {"vanilla_2L_dec1": {1: final("vanilla_2L_dec1", 1, 28.0, decoder_n=1)},
+              "vanilla": {1: final("vanilla", 1, 29.0), 2: final("vanilla", 2, 31.0)},
+              "san_dec2L": {1: final("san_dec2L", 1, 30.5, decoder_n=6)}}
+    paired = {"vanilla_2L_dec1": "s1: -1.00, p=0.010", "san_dec2L": "s1: +1.50, p=0.001"}
+    frontier = [frontier_record("vanilla_s1", 100, 400), frontier_record("vanilla_s2", 300),
+                frontier_record("vanilla_2L_dec1_s1", 300)]
+    lines = summary_table(finals, paired, {"vanilla": 0.5, "vanilla_2L_dec1": 0.45}, frontier,
+                          6.27)
+    assert lines[0].endswith("| MB (fairseq / ct2_int8) | xvanilla b=1: fairseq / torchscript / "
+                             "ct2_float32 / ct2_int8 |")
+    assert lines[2] == "| lookup baseline (closest training verse) | - | - | - | 6.27 | - | - | - | - |"
+    # vanilla's speed is its seeds' mean (200 tok/s); ct2_int8 was timed in one seed only
+    assert lines[3] == ("| `vanilla`: vanilla | 3+3 | 1,000 | 2 | 30.00 ± 1.41 (29.00, 31.00) | - "
+                        "| 1.00 | 8.00 / 2.00 | 1.00 / - / - / 2.00 |")
+    # the shallow decoder comes right after SAN, whatever order the records came in; a model
+    # the frontier has not measured says so
+    assert lines[4] == ("| `san_dec2L`: SAN, the paper's policy (Xiao et al.) | 3+6 | 1,000 | 1 "
+                        "| 30.50 | s1: +1.50, p=0.001 | - | not measured | - |")
+    assert lines[5] == ("| `vanilla_2L_dec1`: deep encoder, shallow decoder (Kasai et al.) | 3+1 "
+                        "| 1,000 | 1 | 28.00 | s1: -1.00, p=0.010 | 0.90 | 8.00 / - | 1.50 / - / - / - |")
+    assert len(lines) == 6
+
+
+def test_speeds_from_another_machine_boot_are_not_compared():
+    finals = {"vanilla": {1: final("vanilla", 1, 29.0)}, "nodec_ffn": {1: final("nodec_ffn", 1, 27.0)}}
+    frontier = [frontier_record("vanilla_s1", 100),
+                frontier_record("nodec_ffn_s1", 150, machine={"host": "other"})]
+    row = summary_table(finals, {}, None, frontier, None)[-1]
+    assert row.endswith("| - | 8.00 / - | - / - / - / - |")  # no training rates, no ratio
