@@ -1,6 +1,9 @@
-"""Markdown table cells: one formatter for every table this package writes."""
+"""Markdown table cells: one formatter for every table this package writes; a report written
+as markdown with its data beside it."""
 
+import json
 import math
+import os
 
 
 def fmt(x, spec=".2f", pre=""):
@@ -8,3 +11,12 @@ def fmt(x, spec=".2f", pre=""):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return pre + format(x, spec)
+
+
+def write_report(path: str, text: str, data: dict) -> None:
+    """``text`` to ``path`` (markdown) and ``data`` to the ``.json`` beside it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)

@@ -21,8 +21,6 @@ Ratios are the median (min-max) of the per-round ratios of interleaved passes, o
 """
 
 import argparse
-import json
-import os
 import sys
 
 SETTINGS = (  # name, batch size, max_len_a, max_len_b, force
@@ -104,11 +102,9 @@ def main(argv=None):
     args = parse(argv)
     rows = measure(args, progress=lambda m: print(m, file=sys.stderr, flush=True))
     command = "python scripts/speed_disagreement.py " + " ".join(shlex.quote(a) for a in argv)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(markdown(rows, command))
-    with open(os.path.splitext(args.out)[0] + ".json", "w", encoding="utf-8") as f:
-        json.dump({"command": command, "rows": rows}, f, indent=1)
+    from fairseq_shared.markdown import write_report
+
+    write_report(args.out, markdown(rows, command), {"command": command, "rows": rows})
     print(markdown(rows, command))
     return 0
 

@@ -105,3 +105,12 @@ def test_every_docs_page_is_reachable_from_the_readme():
     linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)", text(ROOT / "README.md")))
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages - linked == set(), f"docs pages the README never links: {sorted(pages - linked)}"
+
+
+def test_the_readme_results_table_is_the_rendered_one():
+    """The README's results table is a copy of ``summary.md``, which ``python -m
+    fairseq_shared.cli.budget render`` writes from the committed results: no hand arithmetic."""
+    rendered = [line for line in text(ROOT / "results" / "bible_budget" / "summary.md").splitlines()
+                if line.startswith("|")]
+    assert rendered and "\n".join(rendered) in text(ROOT / "README.md"), \
+        "copy the table of results/bible_budget/summary.md into the README's results section"

@@ -132,3 +132,26 @@ def test_speed_disagreement_script_separates_the_settings(toy, ckpts, tmp_path):
     assert all(r["decoder_steps"] >= r["output_tokens"] for r in b1)  # one sentence a batch
     assert rows[0]["cpu_speed_vs_baseline"] == 1.0
     assert "| main_job (b=64, 1.2x+10) | cycle_rev |" in out.read_text()
+
+
+def test_decoder_step_profile_splits_the_pass_into_parts_that_nest(toy, ckpts, tmp_path):
+    """scripts/decoder_step_profile.py: the encoder and decoder wrappers and the sub-layer
+    hooks all fire, the sub-layers fit inside the decoder's time, and the parts add up to the
+    pass's CPU time."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "decoder_step_profile.py"
+    spec = importlib.util.spec_from_file_location("decoder_step_profile", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "profile.md"
+    assert mod.main([ckpts["vanilla"], "--names", "vanilla", "--data", toy, "--batch-sizes",
+                     "4", "--out", str(out)]) == 0
+    (row,) = json.loads((tmp_path / "profile.json").read_text())["rows"]
+    parts = row["parts"]
+    assert set(parts) == set(mod.GROUPS) and row["steps"] > 0
+    assert all(parts[g] > 0 for g in mod.GROUPS if g != "decoder, rest")
+    assert parts["decoder, rest"] >= 0  # the hooked sub-layers ran inside the decoder's time
+    assert sum(parts.values()) == pytest.approx(row["cpu_seconds"])
+    assert "| vanilla | 4 |" in out.read_text()
