@@ -36,5 +36,9 @@ def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(thread_ra
     # log_interval 2: the intervals after the first span updates 2..12
     assert row["steady_updates"] == 10
     assert row["steady_cpu_s_per_update"] > 0 and row["steady_s_per_update"] > 0
-    # one thread: at most about one core's CPU time per second, however loaded the machine
-    assert row["steady_cpu_s_per_update"] < 1.5 * row["steady_s_per_update"]
+    # one thread: about one core's CPU time per second, however loaded the machine. Loosely:
+    # the CPU clock's span (updates 2..12) holds the checkpoint save and validation at the
+    # toy budget's update-10 milestone, which fairseq's median updates/s leaves out, and at
+    # about 20 ms an update that one-off weighs (it read 1.7x once; 2 threads would read >2x
+    # on top of it)
+    assert row["steady_cpu_s_per_update"] < 3 * row["steady_s_per_update"]

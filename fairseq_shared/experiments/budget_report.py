@@ -9,7 +9,7 @@ pair where that is another model: SAN 3+6 against vanilla 3+6) and
 ``RESULTS/budget_curves.png`` (test BLEU against updates and against training CPU-hours; one
 line per configuration, the band spanning the seeds), and ``RESULTS/summary.md``
 (:mod:`fairseq_shared.experiments.budget_summary`: the README's table, joined with the frontier
-of the same final models in ``RESULTS/frontier/``).
+of the same final models in ``RESULTS/frontier/``, whose table, pick and plots it renders again).
 
 The runs' own CPU totals come from several machines and loads, so training cost is compared
 with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
@@ -246,6 +246,9 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}
     frontier = frontier_report.load_records(str(out / "frontier"))
+    if frontier:  # one command regenerates every table and plot of the suite
+        paths.update({f"frontier {k}": v for k, v in
+                      frontier_report.render(str(out / "frontier")).items()})
     summary = ["# Quality, training cost, size and decoding speed of the final models", "",
                "Rendered by `python -m fairseq_shared.cli.budget render` from `runs/*.json` "
                "(test BLEU of the final averaged models; paired bootstrap as in `tables.md`), "

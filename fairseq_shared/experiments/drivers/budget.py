@@ -8,8 +8,9 @@ updates (or its early stop), the test set decoded and committed at every milesto
 ``run`` is a worker of the run queue (:mod:`fairseq_shared.experiments.queue`; one per core):
 the next item of :data:`fairseq_shared.experiments.budget_curve.QUEUE` that is neither finished
 nor held by another worker. With ``--commit`` each milestone's files are committed the moment
-they exist, and the final record when the run ends. ``render`` rebuilds ``RESULTS/tables.md``
-and ``RESULTS/budget_curves.png`` from the committed files.
+they exist, and the final record when the run ends. ``render`` rebuilds ``RESULTS/tables.md``,
+``RESULTS/budget_curves.png``, ``RESULTS/summary.md`` and the frontier of the final models
+(``RESULTS/frontier/``) from the committed files.
 """
 
 import sys
