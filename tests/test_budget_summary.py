@@ -30,7 +30,8 @@ def test_rows_join_the_budget_and_the_frontier_in_the_readme_order():
                           6.27)
     assert lines[0].endswith("| MB (fairseq / ct2_int8) | xvanilla b=1: fairseq / torchscript / "
                              "ct2_float32 / ct2_int8 |")
-    assert lines[2] == "| lookup baseline (closest training verse) | - | - | - | 6.27 | - | - | - | - |"
+    assert lines[2] == ("| lookup baseline (closest training verse) | - | - | - | 6.27 "
+                        "| - | - | - | - |")
     # vanilla's speed is its seeds' mean (200 tok/s); ct2_int8 was timed in one seed only
     assert lines[3] == ("| `vanilla`: vanilla | 3+3 | 1,000 | 2 | 30.00 ± 1.41 (29.00, 31.00) | - "
                         "| 1.00 | 8.00 / 2.00 | 1.00 / - / - / 2.00 |")
@@ -39,12 +40,14 @@ def test_rows_join_the_budget_and_the_frontier_in_the_readme_order():
     assert lines[4] == ("| `san_dec2L`: SAN, the paper's policy (Xiao et al.) | 3+6 | 1,000 | 1 "
                         "| 30.50 | s1: +1.50, p=0.001 | - | not measured | - |")
     assert lines[5] == ("| `vanilla_2L_dec1`: deep encoder, shallow decoder (Kasai et al.) | 3+1 "
-                        "| 1,000 | 1 | 28.00 | s1: -1.00, p=0.010 | 0.90 | 8.00 / - | 1.50 / - / - / - |")
+                        "| 1,000 | 1 | 28.00 | s1: -1.00, p=0.010 | 0.90 | 8.00 / - "
+                        "| 1.50 / - / - / - |")
     assert len(lines) == 6
 
 
 def test_speeds_from_another_machine_boot_are_not_compared():
-    finals = {"vanilla": {1: final("vanilla", 1, 29.0)}, "nodec_ffn": {1: final("nodec_ffn", 1, 27.0)}}
+    finals = {"vanilla": {1: final("vanilla", 1, 29.0)},
+              "nodec_ffn": {1: final("nodec_ffn", 1, 27.0)}}
     frontier = [frontier_record("vanilla_s1", 100),
                 frontier_record("nodec_ffn_s1", 150, machine={"host": "other"})]
     row = summary_table(finals, {}, None, frontier, None)[-1]

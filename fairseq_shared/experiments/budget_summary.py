@@ -31,11 +31,11 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], paired: Dict[str, str],
     """``finals``: {configuration: {seed: final record}}; ``paired``: the bootstrap cell of each
     configuration; ``cpu_per_update``: {configuration: CPU s/update} or None; ``frontier``: the
     frontier's records (:func:`frontier_report.load_records`), possibly none yet."""
-    cells, keys, speeds = {}, [None], ["decoding speed"]
+    cells, sizes, speeds = {}, [None], ["decoding speed"]
     if frontier:
         cells = frontier_report.configuration_cells(
             frontier, frontier_report.options(frontier), baseline)
-        keys = [f"b={b}" for b in frontier[0]["settings"]["batch_sizes"]]
+        sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]
         speeds = frontier_report.speed_headers(frontier, baseline)
     head = ["model", "layers", "parameters", "seeds", "test BLEU, final",
             f"vs {baseline} 3+3, same seed (ΔBLEU, bootstrap p)", "training CPU per update",
@@ -54,6 +54,7 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], paired: Dict[str, str],
                f"{runs[0]['N']}+{runs[0]['decoder_N']}", f"{runs[0]['params']:,}",
                str(len(runs)), fmt_spread([r["test"]["bleu"] for r in runs]),
                paired.get(name, "-"), f"{rate / base_rate:.2f}" if rate and base_rate else "-",
-               own.get("mb", "not measured"), *[own.get(k, "-") for k in keys]]
+               own.get("mb", "not measured"),
+               *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
         lines.append("| " + " | ".join(row) + " |")
     return lines

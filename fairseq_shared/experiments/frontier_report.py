@@ -151,7 +151,8 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
                         anchor: str = ANCHOR) -> Dict[str, Dict[str, str]]:
     """Per configuration (:func:`by_configuration`, means over seeds), in the records' order, the
     cells of its row: seeds, parameters, BLEU (eager fairseq), MB in float32 / int8, and under
-    ``"b=<size>"`` every engine's CPU speed over the anchor configuration's eager fairseq."""
+    ``"speed"``, per batch size, every engine's CPU speed over the anchor configuration's eager
+    fairseq."""
     sizes = [str(b) for b in records[0]["settings"]["batch_sizes"]]
     configs = by_configuration(rows)
     ratios = speed_ratios(configs, configuration(anchor))
@@ -165,10 +166,10 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
         out[name] = {"seeds": str(len(own["bleu_seeds"])) if own else "-",
                      "parameters": f"{params[name]:,}" if params.get(name) else "-",
                      "bleu": _bleu(own) if own else "-",
-                     "mb": f"{mb('fairseq')} / {mb('ct2_int8')}"}
+                     "mb": f"{mb('fairseq')} / {mb('ct2_int8')}", "speed": {}}
         for bs in sizes:
             got = [ratios.get((name, e), {}).get(bs) for e in ENGINES]
-            out[name][f"b={bs}"] = " / ".join(f"{x:.2f}" if x else "-" for x in got)
+            out[name]["speed"][bs] = " / ".join(f"{x:.2f}" if x else "-" for x in got)
     return out
 
 
@@ -185,9 +186,8 @@ def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> 
     lines = ["| configuration | seeds | parameters | BLEU | MB (fairseq / ct2_int8) | "
              + " | ".join(heads) + " |", "|---|---:|---:|---:|---|" + "---|" * len(heads)]
     for name, c in configuration_cells(records, rows, anchor).items():
-        speeds = [v for k, v in c.items() if k.startswith("b=")]
         lines.append(f"| {name} | {c['seeds']} | {c['parameters']} | {c['bleu']} | {c['mb']} | "
-                     + " | ".join(speeds) + " |")
+                     + " | ".join(c["speed"].values()) + " |")
     return lines
 
 
@@ -276,10 +276,11 @@ def _bleu(option: Dict) -> str:
 def plots(rows: List[Dict], out: str) -> List[str]:
     """BLEU against CPU tokens/s (a panel per batch size) and against MB on disk, one point per
     option of ``rows`` (:func:`render` passes the configurations' means over seeds)."""
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
     from fairseq_shared.plotting import pyplot
 
     plt = pyplot()
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     markers = dict(zip(ENGINES, ("o", "s", "^", "v")))
     models = sorted({r["model"] for r in rows})
