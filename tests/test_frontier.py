@@ -163,6 +163,9 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
         recs, seeded, None, "a")
     seeded[1]["boot"] = "y"  # one configuration's seeds timed in two boots: no speed ranking
     assert "fastest_refused" in pick(by_configuration(seeded))
+    mixed = {r["model"]: r for r in by_configuration(seeded)}  # and no mean speed to plot
+    assert mixed["a"]["batch"]["1"]["cpu_tokens_per_s"] is None
+    assert mixed["b"]["batch"]["1"]["cpu_tokens_per_s"] == 150
     # re-running skips recorded models; --render-only rewrites the table from the records
     (out / "frontier.md").unlink()
     assert frontier.main(argv) == 0 and (out / "frontier.md").exists()

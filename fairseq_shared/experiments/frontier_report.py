@@ -96,7 +96,8 @@ def configuration(model: str) -> str:
 def by_configuration(rows: List[Dict]) -> List[Dict]:
     """One option per (configuration, engine): BLEU, tokens/s and bytes averaged over its seeds
     (``bleu_seeds`` keeps each), so that a pick is not one lucky seed. Seeds timed in different
-    machine boots get no common boot, which :func:`pick` refuses to rank by speed."""
+    machine boots get no common boot, which :func:`pick` refuses to rank by speed, and no mean
+    speed (None), which the plots leave out."""
     groups: Dict[tuple, List[Dict]] = {}
     for r in rows:
         groups.setdefault((configuration(r["model"]), r["engine"]), []).append(r)
@@ -105,12 +106,13 @@ def by_configuration(rows: List[Dict]) -> List[Dict]:
     for (config, engine), seeds in groups.items():
         sizes = sorted({bs for r in seeds for bs in r["batch"]}, key=int)
         boots_ = {r.get("boot") for r in seeds}
+        speed = mean if len(boots_) == 1 else (lambda xs: None)
         out.append({
             "model": config, "engine": engine, "bleu": mean([r["bleu"] for r in seeds]),
             "bleu_seeds": [r["bleu"] for r in seeds],
             "boot": boots_.pop() if len(boots_) == 1 else ("several boots", config),
             "disk_bytes": mean([r.get("disk_bytes") for r in seeds]),
-            "batch": {bs: {"cpu_tokens_per_s": mean([r["batch"].get(bs, {}).get(
+            "batch": {bs: {"cpu_tokens_per_s": speed([r["batch"].get(bs, {}).get(
                 "cpu_tokens_per_s") for r in seeds])} for bs in sizes},
         })
     return out
