@@ -6,12 +6,12 @@ FFNs does not make decoding faster here).
         --out results/bible_budget/frontier/step_profile.md
 
 Decodes the test set as the frontier does (beam 4, max length 1.2 x source + 10, one thread,
-eager fairseq) at each batch size, with forward hooks that add up the CPU time
+eager fairseq) at each batch size, with wrapped forwards that add up the CPU time
 (``time.process_time``) spent in the encoder, in each decoder layer's self-attention,
 encoder-decoder attention and FFN (fc1 + fc2, the activation between them is not a module and
 counts as "decoder, rest"), in the output projection, and in the whole decoder forward. What is
 left of the pass is the search: beam bookkeeping, the cache reordering, the batch loop. The
-hooks cost a few microseconds per call, so the pass is a little slower than the frontier's.
+wrappers cost a few microseconds per call, so the pass is a little slower than the frontier's.
 """
 
 import argparse
@@ -21,8 +21,9 @@ import sys
 import time
 from collections import defaultdict
 
-GROUPS = ["encoder", "decoder self-attention", "decoder encoder-attention", "decoder FFN",
-          "output projection", "decoder, rest", "search and the rest"]
+DECODER_PARTS = ["decoder self-attention", "decoder encoder-attention", "decoder FFN",
+                 "output projection"]
+GROUPS = ["encoder", *DECODER_PARTS, "decoder, rest", "search and the rest"]
 
 
 class Unwrap:
@@ -37,42 +38,34 @@ class Unwrap:
         self.owner.__dict__.pop(self.name, None)
 
 
-def clocked(fn, spent, group):
+def clock(owner, method, spent, group):
+    """Shadow ``owner.method`` with a wrapper adding its CPU seconds to ``spent[group]``.
+    Wrapping the bound method, not registering module hooks, because fairseq's search calls
+    ``encoder.forward_torchscript`` and ``decoder.forward`` directly, past any hook."""
+    fn = getattr(owner, method)
+
     def wrapper(*args, **kwargs):
         start = time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
             spent[group] += time.process_time() - start
-    return wrapper
+    setattr(owner, method, wrapper)
+    return Unwrap(owner, method)
 
 
-def hook_groups(model, spent):
-    """Forward hooks adding each module's CPU seconds to ``spent[group]``; returns the handles."""
-    handles = []
-
-    def timed(module, group):
-        start = []
-        handles.append(module.register_forward_pre_hook(
-            lambda *_: start.append(time.process_time())))
-
-        def done(*_):
-            spent[group] += time.process_time() - start.pop()
-        handles.append(module.register_forward_hook(done))
-
-    # fairseq's search calls encoder.forward_torchscript and decoder.forward directly, past
-    # the module hooks: those two are timed by wrapping the bound methods on the instance
-    for owner, method, group in ((model.encoder, "forward_torchscript", "encoder"),
-                                 (model.decoder, "forward", "decoder")):
-        handles.append(Unwrap(owner, method))
-        setattr(owner, method, clocked(getattr(owner, method), spent, group))
+def clock_groups(model, spent):
+    """Clock the encoder, the decoder and the decoder's parts into ``spent``; the handles."""
+    handles = [clock(model.encoder, "forward_torchscript", spent, "encoder"),
+               clock(model.decoder, "forward", spent, "decoder")]
     for layer in model.decoder.layers:
-        timed(layer.self_attn, "decoder self-attention")
-        timed(layer.encoder_attn, "decoder encoder-attention")
+        handles.append(clock(layer.self_attn, "forward", spent, "decoder self-attention"))
+        handles.append(clock(layer.encoder_attn, "forward", spent, "decoder encoder-attention"))
         for name in ("fc1", "fc2"):
             if getattr(layer, name, None) is not None:
-                timed(getattr(layer, name), "decoder FFN")
-    timed(model.decoder.output_projection, "output projection")
+                handles.append(clock(getattr(layer, name), "forward", spent, "decoder FFN"))
+    handles.append(clock(model.decoder.output_projection, "forward", spent,
+                         "output projection"))
     return handles
 
 
@@ -85,12 +78,12 @@ def profile(checkpoint, data, batch_size):
     loaded = session.load(os.path.basename(checkpoint), checkpoint)
     loaded.run_pass(max_batches=8, longest=True, check=False)  # warm-up, as the frontier's
     spent = defaultdict(float)
-    handles = hook_groups(loaded.models[0], spent)
+    handles = clock_groups(loaded.models[0], spent)
     result, _ = loaded.run_pass()
     for h in handles:
         h.remove()
-    parts = {g: spent[g] for g in GROUPS[:5]}
-    parts["decoder, rest"] = spent["decoder"] - sum(spent[g] for g in GROUPS[1:5])
+    parts = {g: spent[g] for g in ("encoder", *DECODER_PARTS)}
+    parts["decoder, rest"] = spent["decoder"] - sum(spent[g] for g in DECODER_PARTS)
     parts["search and the rest"] = result.cpu_seconds - spent["encoder"] - spent["decoder"]
     steps = result.trace["steps"] if result.trace else None
     return {"cpu_seconds": result.cpu_seconds, "output_tokens": result.tokens,
@@ -100,7 +93,7 @@ def profile(checkpoint, data, batch_size):
 def markdown(rows, command):
     lines = ["# Where a decode's CPU time goes", "", f"Command: `{command}`", "",
              "CPU seconds of one pass over the test set (eager fairseq, beam 4, one thread), "
-             "split by forward hooks; in brackets the share of the pass.", "",
+             "split by wrapped forwards; in brackets the share of the pass.", "",
              "| model | batch | CPU s | decoder steps | " + " | ".join(GROUPS) + " |",
              "|---|---:|---:|---:|" + "---:|" * len(GROUPS)]
     for r in rows:
@@ -131,8 +124,9 @@ def main(argv=None):
     command = "python scripts/decoder_step_profile.py " + " ".join(shlex.quote(a) for a in argv)
     from fairseq_shared.markdown import write_report
 
-    write_report(args.out, markdown(rows, command), {"command": command, "rows": rows})
-    print(markdown(rows, command))
+    text = markdown(rows, command)
+    write_report(args.out, text, {"command": command, "rows": rows})
+    print(text)
     return 0
 
 

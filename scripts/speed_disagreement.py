@@ -104,8 +104,9 @@ def main(argv=None):
     command = "python scripts/speed_disagreement.py " + " ".join(shlex.quote(a) for a in argv)
     from fairseq_shared.markdown import write_report
 
-    write_report(args.out, markdown(rows, command), {"command": command, "rows": rows})
-    print(markdown(rows, command))
+    text = markdown(rows, command)
+    write_report(args.out, text, {"command": command, "rows": rows})
+    print(text)
     return 0
 
 

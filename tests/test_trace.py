@@ -135,9 +135,9 @@ def test_speed_disagreement_script_separates_the_settings(toy, ckpts, tmp_path):
 
 
 def test_decoder_step_profile_splits_the_pass_into_parts_that_nest(toy, ckpts, tmp_path):
-    """scripts/decoder_step_profile.py: the encoder and decoder wrappers and the sub-layer
-    hooks all fire, the sub-layers fit inside the decoder's time, and the parts add up to the
-    pass's CPU time."""
+    """scripts/decoder_step_profile.py: the wrappers of the encoder, the decoder and its
+    sub-layers all fire, the sub-layers fit inside the decoder's time, and the parts add up to
+    the pass's CPU time."""
     import importlib.util
     from pathlib import Path
 
@@ -152,6 +152,6 @@ def test_decoder_step_profile_splits_the_pass_into_parts_that_nest(toy, ckpts, t
     parts = row["parts"]
     assert set(parts) == set(mod.GROUPS) and row["steps"] > 0
     assert all(parts[g] > 0 for g in mod.GROUPS if g != "decoder, rest")
-    assert parts["decoder, rest"] >= 0  # the hooked sub-layers ran inside the decoder's time
+    assert parts["decoder, rest"] >= 0  # the clocked sub-layers ran inside the decoder's time
     assert sum(parts.values()) == pytest.approx(row["cpu_seconds"])
     assert "| vanilla | 4 |" in out.read_text()
