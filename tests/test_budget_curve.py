@@ -63,11 +63,13 @@ def test_each_milestone_is_written_then_the_averaged_final(uninterrupted, toy):
                                    for k in (10, 30)]
     # two attempts of fairseq-train (to 10, then to 30): the same as one 30-update run
     assert attempts(uninterrupted / "work" / "runs_s1" / "vanilla") == 2
-    # the averaged model is kept, weights only, equal to the averaged checkpoint it decoded
+    # the averaged model is kept in the work directory (never in the results: no model
+    # binaries in main), weights only, equal to the averaged checkpoint it decoded
     kept = json.loads((uninterrupted / "results" / "runs" / "vanilla_s1.json").read_text())
-    assert kept["model"] == "models/vanilla_s1.pt"
-    model = torch.load(uninterrupted / "results" / kept["model"], weights_only=False)
-    averaged = torch.load(uninterrupted / "work" / "runs_s1" / "vanilla" / "average_last3.pt",
+    assert kept["model_kept"] == str(uninterrupted / "work" / "models" / "vanilla_s1.pt")
+    assert not list((uninterrupted / "results").rglob("*.pt"))
+    model = torch.load(kept["model_kept"], weights_only=False)
+    averaged = torch.load(uninterrupted / "work" / "runs_s1" / "vanilla" / "average_last3_u30.pt",
                           weights_only=False)
     assert "last_optimizer_state" not in model and model["cfg"] == averaged["cfg"]
     assert model["model"].keys() == averaged["model"].keys()
@@ -227,3 +229,36 @@ def test_training_cost_is_compared_from_one_machine_run(tmp_path):
     # without a one-machine measurement: the milestones' own CPU, mean over seeds
     assert budget_report.cpu_hours("cycle_rev_2L", by_seed, [1000, 2000], None) == \
         pytest.approx([1.25, 2.25])
+
+
+def test_averaged_milestones_decode_and_validate_the_final_stages_average(toy, tmp_path):
+    """``average_milestones`` (the 16,000-update budget): every milestone also measures the
+    average of its last checkpoints, as the final stage does, and the final stage reuses the
+    last milestone's; the averaged valid loss is fairseq-validate's on that average, which on
+    a plain checkpoint gives the loss training logged."""
+    from fairseq_shared.experiments.corpus import corpus_paths
+    from fairseq_shared.experiments.valid_loss import valid_loss
+
+    out, _ = worker(toy, tmp_path, "--set", "average_milestones=true", "--set", "max_update=40",
+                    "--set", "milestones=30,40").communicate(timeout=300)
+    assert "this worker finished: vanilla_s1" in out, out
+    results = tmp_path / "results"
+    final = json.loads((results / "runs" / "vanilla_s1.json").read_text())
+    u30, u40 = (json.loads((results / "milestones" / f"vanilla_s1_u{k}.json").read_text())
+                for k in (30, 40))
+    # keep_interval_updates=3, 24 updates an epoch
+    assert u30["average"]["of"] == ["checkpoint_2_30.pt", "checkpoint_1_20.pt",
+                                    "checkpoint_1_10.pt"]
+    assert u40["average"]["of"] == final["average_of"] == [
+        "checkpoint_2_40.pt", "checkpoint_2_30.pt", "checkpoint_1_20.pt"]
+    assert u40["average"]["test"] == final["test"]  # the final stage decoded nothing again
+    assert sorted(p.name for p in results.glob("hyps/*")) == [
+        f"vanilla_s1_{s}.en" for s in ("u30", "u30_avg", "u40", "u40_avg")]
+    assert final["average_valid_loss"] == u40["average"]["valid_loss"]
+    assert final["milestones"][0]["average"]["bleu"] == u30["average"]["test"]["bleu"]
+    # fairseq-validate on a validated checkpoint gives the loss training logged
+    run_dir = tmp_path / "work" / "runs_s1" / "vanilla"
+    logged = dict((p["update"], p["valid_loss"]) for p in final["curve"])
+    measured = valid_loss(str(run_dir / "checkpoint_2_30.pt"), corpus_paths(toy)[0])["loss"]
+    assert measured == logged[30] == u30["valid_loss"]
+    assert u30["average"]["valid_loss"] != logged[30]  # three checkpoints averaged: a new model

@@ -50,9 +50,16 @@ def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
 
 
 def model_path(results: str, name: str, seed: int) -> Path:
-    """The averaged final model, weights only: committed so that the frontier can time every
-    model in one run, whichever stretch trained it."""
+    """A committed averaged final model, weights only (the 13 runs of 2026-12-01/02; the
+    frontier timed them in one run). Newer runs keep theirs under :func:`kept_model_path`,
+    uncommitted: main takes no more model binaries."""
     return Path(results) / "models" / f"{queue.item_id(name, seed)}.pt"
+
+
+def kept_model_path(work: str, name: str, seed: int) -> Path:
+    """The averaged final model of a run, weights only, kept in the work directory for a
+    frontier run on this machine (never committed)."""
+    return Path(work) / "models" / f"{queue.item_id(name, seed)}.pt"
 
 
 def milestone_path(results: str, name: str, seed: int, k: int) -> Path:
@@ -69,12 +76,39 @@ def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, res
     curve = [p for p in learning_curve(os.path.join(run.dir, "train.log"), costs)
              if p["update"] <= k]
     point = next((p for p in curve if p["update"] == k), {})
-    return {"name": item.name, "seed": item.seed, "update": k, "params": run.params,
-            "valid_loss": point.get("valid_loss"), "valid_nll_loss": point.get("valid_nll_loss"),
-            "train_seconds": point.get("train_seconds"),
-            "train_cpu_seconds": round(sum(costs), 1) if costs else None,
-            "cpu_estimated_updates": estimated, "checkpoint": os.path.basename(checkpoint),
-            "curve": curve, **test}
+    record = {"name": item.name, "seed": item.seed, "update": k, "params": run.params,
+              "valid_loss": point.get("valid_loss"),
+              "valid_nll_loss": point.get("valid_nll_loss"),
+              "train_seconds": point.get("train_seconds"),
+              "train_cpu_seconds": round(sum(costs), 1) if costs else None,
+              "cpu_estimated_updates": estimated, "checkpoint": os.path.basename(checkpoint),
+              "curve": curve, **test}
+    if budget.get("average_milestones"):
+        record["average"] = averaged_evaluation(run, item, k, data, budget, results, progress)
+    return record
+
+
+def averaged_path(run, budget: Dict, k: int) -> str:
+    return os.path.join(run.dir, f"average_last{int(budget['average_last'])}_u{k}.pt")
+
+
+def averaged_evaluation(run, item: queue.Item, k: int, data: str, budget: Dict, results: str,
+                        progress, hyps: Optional[str] = None) -> Dict:
+    """The average of the last ``average_last`` interval checkpoints up to update ``k``,
+    decoded (hypotheses ``_u<k>_avg``, or ``hyps``) and validated: the final stage's
+    measurement at any milestone, so that a long run's 8,000-update milestone stands beside
+    an 8,000-update run's final model."""
+    from fairseq_shared.experiments.corpus import corpus_paths
+    from fairseq_shared.experiments.valid_loss import valid_loss
+
+    averaged = averaged_path(run, budget, k)
+    inputs = milestones.average_last(run.dir, int(budget["average_last"]), k, averaged)
+    test = evidence.bleu_evaluation(data, budget, results, item.name, item.seed, progress,
+                                    checkpoint=averaged,
+                                    hyps=hyps if hyps is not None else f"_u{k}_avg")(run, {})
+    loss = valid_loss(averaged, corpus_paths(data)[0], threads=int(budget["threads"]))
+    return {"of": [os.path.basename(p) for p in inputs], "valid_loss": loss["loss"],
+            "valid_nll_loss": loss.get("nll_loss"), **test}
 
 
 def run_item(name: str, seed: int, data: str, work: str, results: str,
@@ -112,17 +146,18 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
     def final(run, result: Dict) -> Dict:
         upto = staged["stopped_at"] or run.max_update
-        n = int(budget["average_last"])
-        averaged = os.path.join(run.dir, f"average_last{n}.pt")
-        inputs = milestones.average_last(run.dir, n, upto, averaged)
-        kept = milestones.keep_weights(averaged, str(model_path(results, name, seed)))
-        test = evidence.bleu_evaluation(data, budget, results, name, seed, progress,
-                                        checkpoint=averaged, hyps="_avg")(run, result)
-        return {"stopped_at": staged["stopped_at"], "average_of": [os.path.basename(p) for p in inputs],
-                "model": os.path.relpath(kept, results),
-                "milestones": [{k: m[k] for k in ("update", "valid_loss", "train_cpu_seconds")}
-                               | {"bleu": m["test"]["bleu"], "chrf": m["test"]["chrf"]}
-                               for m in staged["milestones"]], **test}
+        last = staged["milestones"][-1] if staged["milestones"] else {}
+        average = dict(last.get("average") or {}) if last.get("update") == upto else {}
+        if not average:  # else the last milestone's average is the final model
+            average = averaged_evaluation(run, item, upto, data, budget, results, progress,
+                                          hyps="_avg")
+        kept = milestones.keep_weights(averaged_path(run, budget, upto),
+                                       str(kept_model_path(work, name, seed)))
+        return {"stopped_at": staged["stopped_at"], "average_of": average.pop("of"),
+                "model_kept": os.path.abspath(kept),
+                "average_valid_loss": average.pop("valid_loss"),
+                "average_valid_nll_loss": average.pop("valid_nll_loss"),
+                "milestones": [milestone_summary(m) for m in staged["milestones"]], **average}
 
     result = record_run(run, item, config.get("label", name), final, progress)
     result.update({"tables": ["budget"], "decoder_N": run.dec_N, "data": os.path.abspath(data),
@@ -130,19 +165,32 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     return result
 
 
+def milestone_summary(record: Dict) -> Dict:
+    """A milestone in its run's record: update, valid loss, CPU, BLEU/chrF (and the same of
+    its averaged model, where there is one)."""
+    out = {k: record[k] for k in ("update", "valid_loss", "train_cpu_seconds")}
+    out |= {"bleu": record["test"]["bleu"], "chrf": record["test"]["chrf"]}
+    if record.get("average"):
+        avg = record["average"]
+        out["average"] = {"valid_loss": avg["valid_loss"], "bleu": avg["test"]["bleu"],
+                          "chrf": avg["test"]["chrf"]}
+    return out
+
+
 def milestone_files(results: str, record: Dict) -> List[Path]:
     """A milestone's record and hypotheses (the corpus snapshot the tables read them with is
     committed by the worker before its first run, ``queue_cli.main``)."""
-    return [milestone_path(results, record["name"], record["seed"], record["update"]),
-            Path(results) / record["test"]["hypotheses"]]
+    files = [milestone_path(results, record["name"], record["seed"], record["update"]),
+             Path(results) / record["test"]["hypotheses"]]
+    if record.get("average"):
+        files.append(Path(results) / record["average"]["test"]["hypotheses"])
+    return files
 
 
 def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
-    """The averaged model (weights only) and its hypotheses and, should one be left
-    uncommitted, every milestone."""
+    """The averaged model's hypotheses and, should one be left uncommitted, every milestone
+    (the model itself stays in the work directory: no model binaries in main)."""
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
-    if result.get("model"):
-        hyps.append(Path(ctx.results) / result["model"])
     for path in sorted((Path(ctx.results) / "milestones").glob(f"{item.id}_u*.json")):
         hyps += milestone_files(ctx.results, queue.read_json(path))
     return hyps, (f"budget: {item.id} finished (average of the last checkpoints: BLEU "
