@@ -140,9 +140,13 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     final = json.loads((results / "runs" / "vanilla_s1.json").read_text())
     u10 = json.loads((results / "milestones" / "vanilla_s1_u10.json").read_text())
     row = next(l for l in text.splitlines() if l.startswith("| Vanilla |"))
-    assert f"| {u10['test']['bleu']:.2f} |" in row and f"| {final['test']['bleu']:.2f} | 30 |" in row
+    assert f"| {u10['test']['bleu']:.2f} (one seed) |" in row
+    assert f"| {final['test']['bleu']:.2f} (one seed) | 30 |" in row
     cycle = next(l for l in text.splitlines() if l.startswith("| Cycle (rev) |"))
-    assert "s1: +1.00, p=" in cycle  # same hypotheses: the bootstrap sees no difference
+    # one seed of each: no seed variance to count, so no verdict, and the single models'
+    # bootstrap is labelled as that
+    assert "| +1.00 (no seed variance measured) | s1: +1.00, p=" in cycle
+    assert "single models of one seed against vanilla 3+3's (test sampling only" in text
     assert "against" not in cycle  # its unshared pair is vanilla 3+3 itself
     san = next(l for l in text.splitlines() if l.startswith("| SAN (decoder 2L) |"))
     assert san.split(" | ")[-1].startswith("s1: +0.25, p=")
@@ -161,7 +165,9 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     # the README's table: the finished configurations, SAN's row as in tables.md, no frontier yet
     summary = Path(paths["summary"]).read_text().splitlines()
     san_row = next(l for l in summary if l.startswith("| `san_dec2L`: "))
-    assert san.split(" | ")[-1] in san_row and san_row.endswith("| not measured | - |")
+    versus = san.split(" | ")[-2]  # tables.md's cell counting seeds, vs 3+3 and vs 3+6
+    assert versus.startswith("+0.25 (no seed variance measured); against Vanilla (decoder 2L)")
+    assert f"| {versus} |" in san_row and san_row.endswith("| not measured | - |")
     assert not any("vanilla_2L_dec1" in l for l in summary)  # still training: no final model
 
 

@@ -2,6 +2,7 @@
 size and speed of the same final models, in the README's order, from hand-made records."""
 
 from fairseq_shared.experiments.budget_summary import summary_table
+from fairseq_shared.experiments.statistics import Difference
 
 
 def final(name, seed, bleu, decoder_n=3, params=1000):
@@ -23,25 +24,33 @@ def test_rows_join_the_budget_and_the_frontier_in_the_readme_order():
     finals = {"vanilla_2L_dec1": {1: final("vanilla_2L_dec1", 1, 28.0, decoder_n=1)},
               "vanilla": {1: final("vanilla", 1, 29.0), 2: final("vanilla", 2, 31.0)},
               "san_dec2L": {1: final("san_dec2L", 1, 30.5, decoder_n=6)}}
-    paired = {"vanilla_2L_dec1": "s1: -1.00, p=0.010", "san_dec2L": "s1: +1.50, p=0.001"}
+    finals["vanilla"][1]["average_valid_loss"] = 5.5
+    finals["vanilla"][2]["average_valid_loss"] = 5.4
+    versus = {"vanilla_2L_dec1": {"bleu": Difference(-1.0, -1.5, -0.5, (2, 1))},
+              "san_dec2L": {"bleu": Difference(1.5, -0.5, 3.5, (2, 1)),
+                            "valid_loss": Difference(-0.05, -0.1, 0.0, (2, 1))}}
     frontier = [frontier_record("vanilla_s1", 100, 400), frontier_record("vanilla_s2", 300),
                 frontier_record("vanilla_2L_dec1_s1", 300)]
-    lines = summary_table(finals, paired, {"vanilla": 0.5, "vanilla_2L_dec1": 0.45}, frontier,
+    lines = summary_table(finals, versus, {"vanilla": 0.5, "vanilla_2L_dec1": 0.45}, frontier,
                           6.27)
     assert lines[0].endswith("| MB (fairseq / ct2_int8) | xvanilla b=1: fairseq / torchscript / "
                              "ct2_float32 / ct2_int8 |")
     assert lines[2] == ("| lookup baseline (closest training verse) | - | - | - | 6.27 "
-                        "| - | - | - | - |")
+                        "| - | - | - | - | - | - |")
     # vanilla's speed is its seeds' mean (200 tok/s); ct2_int8 was timed in one seed only
-    assert lines[3] == ("| `vanilla`: vanilla | 3+3 | 1,000 | 2 | 30.00 ± 1.41 (29.00, 31.00) | - "
+    # the 95% interval over two seeds is t(1) wide
+    assert lines[3] == ("| `vanilla`: vanilla | 3+3 | 1,000 | 2 | 30.00 ± 1.41 [17.29, 42.71] "
+                        "(29.00, 31.00) | - | 5.450 ± 0.071 [4.815, 6.085] (5.500, 5.400) | - "
                         "| 1.00 | 8.00 / 2.00 | 1.00 / - / - / 2.00 |")
     # the shallow decoder comes right after SAN, whatever order the records came in; a model
     # the frontier has not measured says so
     assert lines[4] == ("| `san_dec2L`: SAN, the paper's policy (Xiao et al.) | 3+6 | 1,000 | 1 "
-                        "| 30.50 | s1: +1.50, p=0.001 | - | not measured | - |")
+                        "| 30.50 (one seed) | not resolved: +1.50 [-0.50, +3.50] (2 vs 1 seeds) "
+                        "| not measured | not resolved: -0.050 [-0.100, +0.000] (2 vs 1 seeds) "
+                        "| - | not measured | - |")
     assert lines[5] == ("| `vanilla_2L_dec1`: deep encoder, shallow decoder (Kasai et al.) | 3+1 "
-                        "| 1,000 | 1 | 28.00 | s1: -1.00, p=0.010 | 0.90 | 8.00 / - "
-                        "| 1.50 / - / - / - |")
+                        "| 1,000 | 1 | 28.00 (one seed) | -1.00 [-1.50, -0.50] (2 vs 1 seeds) "
+                        "| not measured | - | 0.90 | 8.00 / - | 1.50 / - / - / - |")
     assert len(lines) == 6
 
 

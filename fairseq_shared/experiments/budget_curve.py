@@ -165,6 +165,32 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     return result
 
 
+def backfill_valid_loss(results: str, data: str, work: str, progress=print) -> List[Path]:
+    """Give every finished run record without one its averaged model's valid loss
+    (``average_valid_loss``, measured as the final stage now does), from the committed model
+    (:func:`model_path`) or the one kept in ``work``; -> the records changed."""
+    from fairseq_shared.experiments.corpus import corpus_paths
+    from fairseq_shared.experiments.valid_loss import valid_loss
+
+    changed = []
+    for path in sorted((Path(results) / "runs").glob("*.json")):
+        record = queue.read_json(path)
+        if record.get("average_valid_loss") is not None:
+            continue
+        name, seed = record["name"], record["seed"]
+        model = next((p for p in (model_path(results, name, seed),
+                                  kept_model_path(work, name, seed)) if p.exists()), None)
+        if model is None:
+            progress(f"[budget] {path.name}: no averaged model here; left without a valid loss")
+            continue
+        loss = valid_loss(str(model), corpus_paths(data)[0], threads=1)
+        record.update(average_valid_loss=loss["loss"], average_valid_nll_loss=loss["nll_loss"])
+        queue.write_result(path, record)
+        progress(f"[budget] {path.name}: averaged model's valid loss {loss['loss']:.3f}")
+        changed.append(path)
+    return changed
+
+
 def milestone_summary(record: Dict) -> Dict:
     """A milestone in its run's record: update, valid loss, CPU, BLEU/chrF (and the same of
     its averaged model, where there is one)."""

@@ -25,11 +25,12 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.budget_curve import NAMES
-from fairseq_shared.experiments.budget_summary import summary_table
+from fairseq_shared.experiments.budget_summary import summary_table, valid_losses, versus_cell
 from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
-from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_paired, fmt_spread,
-                                                         paired_by_seed, read_lines)
+from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_paired, paired_by_seed,
+                                                         read_lines)
 from fairseq_shared.experiments.plots import save_panels
+from fairseq_shared.experiments.statistics import compare, compare_bleu, fmt_seeds, pooled_sd
 
 BASELINE = "vanilla"
 RATE_FILE = "train_rate.json"
@@ -59,24 +60,26 @@ def describe(name: str, final: List[Dict]):
     return config.get("label", name), f"{encoder}+{decoder}"
 
 
-def _cell(values: List[float]) -> str:
-    return fmt_spread(values) if values else "-"
+def _cell(values: List[float], spec: str = ".2f") -> str:
+    return fmt_seeds(values, spec) if values else "-"
 
 
 def metric_table(metric: str, stages, finals, updates: List[int], lookup: Optional[Dict],
-                 paired: Dict[str, str]) -> List[str]:
+                 paired: Dict[str, str], versus: Dict) -> List[str]:
     title = "BLEU" if metric == "bleu" else "chrF"
     head = ["configuration", "layers enc+dec", "params", "seeds",
             *[f"{k:,} updates" for k in updates], "final: average of last checkpoints",
             "updates trained"]
     if metric == "bleu":
-        head.append("final vs vanilla 3+3 (and vs its unshared pair), same seed (ΔBLEU, bootstrap p)")
-    lines = [f"## Test {title} (mean ± sd over seeds, per seed in brackets)", "",
+        head += ["final vs vanilla 3+3 (and vs its unshared pair) [95%: seeds and test sampling]",
+                 "single models of one seed against vanilla 3+3's (test sampling only: ΔBLEU, "
+                 "bootstrap p)"]
+    lines = [f"## Test {title} (mean ± sd [95% interval over seeds] (per seed))", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if lookup:
         lk = f"{lookup[metric]:.2f}"
         row = ["lookup baseline (no model: closest training verse)", "-", "-", "-",
-               *[lk] * len(updates), lk, "-"] + (["-"] if metric == "bleu" else [])
+               *[lk] * len(updates), lk, "-"] + (["-", "-"] if metric == "bleu" else [])
         lines.append("| " + " | ".join(row) + " |")
     for name in NAMES:
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
@@ -95,9 +98,76 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
         row.append("/".join(str(f["updates"]) + (" (stop)" if f.get("stopped_at") else "")
                             for f in final) or "-")
         if metric == "bleu":
-            row.append(paired.get(name, "-"))
+            row += [versus_cell(versus.get(name, {}), "bleu"), paired.get(name, "-")]
         lines.append("| " + " | ".join(row) + " |")
     return lines + [""]
+
+
+def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
+    """Valid loss (bits, as fairseq logs it) at each milestone's checkpoint and of the final
+    averaged model, with the final's differences to vanilla 3+3 counting seeds."""
+    head = ["configuration", "layers enc+dec", "seeds", *[f"{k:,} updates" for k in updates],
+            "final: average of last checkpoints", "final vs vanilla 3+3 [95%: seeds]"]
+    lines = ["## Valid loss in bits (mean ± sd [95% interval over seeds] (per seed))", "",
+             "The milestones' losses are the checkpoints' as training logged them; the final "
+             "column is the averaged model's, measured with fairseq-validate "
+             "(`experiments/valid_loss.py`). The valid set is fixed, so the interval counts seeds "
+             "only.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in (n for n in NAMES if n in stages or n in finals):
+        seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
+        final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
+        label, layers = describe(name, final)
+        row = [label, layers, str(len(seeds))]
+        row += [_cell([stages[name][s][k]["valid_loss"] for s in seeds
+                       if k in stages[name].get(s, {})], ".3f") for k in updates]
+        row += [_cell(valid_losses(final), ".3f"),
+                versus_cell(versus.get(name, {}), "valid_loss", "+.3f")]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def method_note(pooled: Dict) -> str:
+    """How the tables' differences were computed, with the pooled seed sds they used."""
+    def sd(key, spec):
+        value, df = pooled[key]
+        return f"{value:{spec}} ({df} degrees of freedom)" if value is not None else "none yet"
+    return ("Differences between configurations (final models): the difference of the seed "
+            "means with a 95% t interval whose seed variance is pooled over every configuration "
+            f"(seed sd: BLEU {sd('bleu', '.2f')}, valid loss {sd('valid_loss', '.3f')} bits) "
+            "plus, for BLEU, the test-sampling variance of a paired sentence bootstrap (1,000 "
+            "resamples of the test sentences, the same for every model); \"not resolved\" where "
+            "the interval covers 0 (`fairseq_shared/experiments/statistics.py`). The sentence "
+            "bootstrap between two single models of one seed (`tables.md`, last BLEU column) is "
+            "test sampling only, never a configuration's significance.")
+
+
+def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
+    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}},
+    {"bleu": pooled, "valid_loss": pooled}): each
+    configuration's final models against vanilla 3+3's (and against its own unshared pair's,
+    :func:`pair_of`), BLEU counting seeds and test sampling, valid loss counting seeds; seed
+    variances pooled over every configuration (:mod:`~fairseq_shared.experiments.statistics`)."""
+    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
+    pooled_bleu = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
+    losses = {n: valid_losses(rs) for n, rs in runs.items()}
+    pooled_valid = pooled_sd([v for v in losses.values() if v])
+
+    def versus(a: str, b: str) -> Dict:
+        out = {"bleu": compare_bleu(runs[a], runs[b], pooled_bleu, results, refs)}
+        if losses[a] and losses[b]:
+            out["valid_loss"] = compare(losses[a], losses[b], pooled_valid)
+        return out
+
+    out = {}
+    for name in runs:
+        if name == baseline or baseline not in runs:
+            continue
+        out[name] = versus(baseline, name)
+        pair = pair_of(name)
+        if pair in runs:
+            label, layers = describe(pair, runs[pair])
+            out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
+    return out, {"bleu": pooled_bleu, "valid_loss": pooled_valid}
 
 
 def training_rates(results: str) -> Optional[Dict]:
@@ -179,7 +249,8 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
 
     if not stages:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
+    axes[1].sharey(axes[0])
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, name in enumerate(n for n in NAMES if n in stages):
         by_seed = stages[name]
@@ -199,16 +270,40 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
             if len(by_seed) > 1:
                 ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
                                 color=color, alpha=0.2)
+        xs, losses = valid_curve(by_seed)
+        if xs:
+            axes[2].plot(xs, [statistics.mean(v) for v in losses], color=color, linewidth=1.2)
+            if len(by_seed) > 1:
+                axes[2].fill_between(xs, [min(v) for v in losses], [max(v) for v in losses],
+                                     color=color, alpha=0.2)
     if lookup_bleu is not None:
-        for ax in axes:
+        for ax in axes[:2]:
             ax.axhline(lookup_bleu, color="grey", linestyle="--", linewidth=1,
                        label=f"lookup baseline ({lookup_bleu:.2f})")
     axes[0].set_xlabel("updates")
     axes[1].set_xlabel("training CPU-hours (process CPU time, all threads)" if cpu_per_update is None
                        else "training CPU-hours: updates x CPU s/update measured on one machine")
     axes[0].set_ylabel("test BLEU (sacreBLEU, detokenized)")
+    axes[2].set_xlabel("updates")
+    axes[2].set_ylabel("valid loss (bits), every 100 updates")
+    axes[2].set_xscale("log")
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="upper left",
+               bbox_to_anchor=(0.0, -0.02), ncol=4)
     return save_panels(fig, axes, "Budget curves on the clean Bible split (band: min-max over "
-                       "seeds)", out / "budget_curves.png", ncol=1)
+                       "seeds)", out / "budget_curves.png", legend=False)
+
+
+def valid_curve(by_seed: Dict[int, Dict[int, Dict]]):
+    """(updates, [per-seed valid losses]) at the counted validations every seed has, from
+    each seed's latest milestone's curve."""
+    interval = int(load_budget("budget_curve")["save_interval_updates"])
+    curves = []
+    for milestones_ in by_seed.values():
+        latest = milestones_[max(milestones_)]
+        curves.append({p["update"]: p["valid_loss"] for p in latest.get("curve", [])
+                       if p.get("valid_loss") is not None and p["update"] % interval == 0})
+    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    return common, [[c[u] for c in curves] for u in common]
 
 
 def render(results: str, command: str = COMMAND) -> Dict[str, str]:
@@ -229,12 +324,13 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
              " and `runs/*.json` by `python -m fairseq_shared.cli.budget render`. Each milestone "
              "is the test set decoded from the checkpoint at that update; the final column "
              "averages the last interval checkpoints of the run (`average_of` in its file). "
-             "Paired bootstrap: sacreBLEU, 1000 samples, final model against vanilla 3+3 with the "
-             "same seed, and against its unshared pair where that is another model (SAN 3+6 "
-             "against vanilla 3+6). Training CPU time is the process's CPU time over all its threads; a run "
+             "Training CPU time is the process's CPU time over all its threads; a run "
              "with other work beside it reads high (README.md, Progress, says which).", ""]
-    lines += metric_table("bleu", stages, finals, updates, lookup, paired)
-    lines += metric_table("chrf", stages, finals, updates, lookup, {})
+    versus, pooled = comparisons(finals, results, refs)
+    lines += [method_note(pooled), ""]
+    lines += metric_table("bleu", stages, finals, updates, lookup, paired, versus)
+    lines += valid_table(stages, finals, updates, versus)
+    lines += metric_table("chrf", stages, finals, updates, lookup, {}, {})
     signatures = sorted({(r["test"]["bleu_signature"], r["test"]["chrf_signature"])
                          for r in records})
     rates = training_rates(results)
@@ -251,13 +347,14 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
                       frontier_report.render(str(out / "frontier")).items()})
     summary = ["# Quality, training cost, size and decoding speed of the final models", "",
                "Rendered by `python -m fairseq_shared.cli.budget render` from `runs/*.json` "
-               "(test BLEU of the final averaged models; paired bootstrap as in `tables.md`), "
+               "(test BLEU and valid loss of the final averaged models), "
                f"`{RATE_FILE}` (training CPU per update, every configuration in one run on one "
                "machine, over vanilla 3+3's) and `frontier/models/*.json` (the same final "
                "models decoding the whole test set: beam 4, one thread, CPU tokens/s over "
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
                "cost, wall clock and every model's row in `frontier/frontier.md`).", "",
-               *summary_table(finals, paired, cpu_per_update, frontier,
+               method_note(pooled), "",
+               *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)

@@ -1,13 +1,14 @@
 """The table the README leads with: one row per budget configuration, joining what the budget
-measured of its final models (BLEU over seeds, the paired bootstrap against vanilla 3+3, the
-training CPU per update of one run on one machine) with what the frontier measured of the same
+measured of its final models (BLEU and valid loss over seeds, their differences to vanilla 3+3
+counting seeds (:mod:`~fairseq_shared.experiments.statistics`), the training CPU per update of
+one run on one machine) with what the frontier measured of the same
 final models (size on disk, every engine's decoding speed over vanilla's). Written as
 ``summary.md`` by ``python -m fairseq_shared.cli.budget render``, from committed files only."""
 
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments import frontier_report
-from fairseq_shared.experiments.evidence_report import fmt_spread
+from fairseq_shared.experiments.statistics import fmt_difference, fmt_seeds
 
 # Row order and what each configuration is, for a reader of the README (the names are the
 # plots' legends and the budget's own). Kasai et al.'s shallow decoder sits next to SAN: both
@@ -25,23 +26,41 @@ ROWS = {
 }
 
 
-def summary_table(finals: Dict[str, Dict[int, Dict]], paired: Dict[str, str],
+def valid_losses(runs: List[Dict]) -> List[float]:
+    """The averaged final models' valid losses of a configuration's runs (those measured)."""
+    return [r["average_valid_loss"] for r in runs if r.get("average_valid_loss") is not None]
+
+
+def versus_cell(diffs: Dict, key: str, spec: str = "+.2f") -> str:
+    """A configuration's differences to vanilla 3+3 and to its own unshared pair."""
+    cells = [fmt_difference(diffs[key], spec)] if diffs.get(key) else []
+    pair = diffs.get("pair")
+    if pair and pair.get(key):
+        cells.append(f"against {pair['label']}: {fmt_difference(pair[key], spec)}")
+    return "; ".join(cells) or "-"
+
+
+def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla") -> List[str]:
-    """``finals``: {configuration: {seed: final record}}; ``paired``: the bootstrap cell of each
-    configuration; ``cpu_per_update``: {configuration: CPU s/update} or None; ``frontier``: the
-    frontier's records (:func:`frontier_report.load_records`), possibly none yet."""
+    """``finals``: {configuration: {seed: final record}}; ``versus``: each configuration's
+    :class:`~fairseq_shared.experiments.statistics.Difference` to ``baseline`` under "bleu" and
+    "valid_loss" (:func:`budget_report.comparisons`); ``cpu_per_update``: {configuration: CPU
+    s/update} or None; ``frontier``: the frontier's records
+    (:func:`frontier_report.load_records`), possibly none yet."""
     cells, sizes, speeds = {}, [None], ["decoding speed"]
     if frontier:
         cells = frontier_report.configuration_cells(
             frontier, frontier_report.options(frontier), baseline)
         sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]
         speeds = frontier_report.speed_headers(frontier, baseline)
-    head = ["model", "layers", "parameters", "seeds", "test BLEU, final",
-            f"vs {baseline} 3+3, same seed (ΔBLEU, bootstrap p)", "training CPU per update",
-            "MB (fairseq / ct2_int8)", *speeds]
+    head = ["model", "layers", "parameters", "seeds",
+            "test BLEU, final: mean ± sd [95% over seeds] (per seed)",
+            f"ΔBLEU vs {baseline} 3+3 [95%: seeds and test sampling]",
+            "valid loss, final (bits)", f"Δ valid loss vs {baseline} 3+3 [95%: seeds]",
+            "training CPU per update", "MB (fairseq / ct2_int8)", *speeds]
     lines = ["| " + " | ".join(head) + " |",
-             "|---|---|---:|---:|---:|---|---:|---|" + "---|" * len(speeds)]
+             "|---|---|---:|---:|---:|---|---:|---|---:|---|" + "---|" * len(speeds)]
     if lookup_bleu is not None:
         lines.append("| lookup baseline (closest training verse) | - | - | - | "
                      f"{lookup_bleu:.2f} |" + " - |" * (len(head) - 5))
@@ -49,11 +68,15 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], paired: Dict[str, str],
     for name in (n for n in [*ROWS, *sorted(set(finals) - set(ROWS))] if n in finals):
         runs = [finals[name][s] for s in sorted(finals[name])]
         rate = (cpu_per_update or {}).get(name)
-        own = cells.get(name, {})
+        own, diff = cells.get(name, {}), versus.get(name, {})
+        losses = valid_losses(runs)
         row = [f"`{name}`: {ROWS.get(name, runs[0]['label'])}",
                f"{runs[0]['N']}+{runs[0]['decoder_N']}", f"{runs[0]['params']:,}",
-               str(len(runs)), fmt_spread([r["test"]["bleu"] for r in runs]),
-               paired.get(name, "-"), f"{rate / base_rate:.2f}" if rate and base_rate else "-",
+               str(len(runs)), fmt_seeds([r["test"]["bleu"] for r in runs]),
+               versus_cell(diff, "bleu"),
+               fmt_seeds(losses, ".3f") if losses else "not measured",
+               versus_cell(diff, "valid_loss", "+.3f"),
+               f"{rate / base_rate:.2f}" if rate and base_rate else "-",
                own.get("mb", "not measured"),
                *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
         lines.append("| " + " | ".join(row) + " |")

@@ -4,13 +4,15 @@ updates (or its early stop), the test set decoded and committed at every milesto
     python -m fairseq_shared.cli.budget run --data work/bible [--queue vanilla:1,...] [--commit]
     python -m fairseq_shared.cli.budget plan
     python -m fairseq_shared.cli.budget render
+    python -m fairseq_shared.cli.budget validate --data work/bible [--commit]
 
 ``run`` is a worker of the run queue (:mod:`fairseq_shared.experiments.queue`; one per core):
 the next item of :data:`fairseq_shared.experiments.budget_curve.QUEUE` that is neither finished
 nor held by another worker. With ``--commit`` each milestone's files are committed the moment
 they exist, and the final record when the run ends. ``render`` rebuilds ``RESULTS/tables.md``,
 ``RESULTS/budget_curves.png``, ``RESULTS/summary.md`` and the frontier of the final models
-(``RESULTS/frontier/``) from the committed files.
+(``RESULTS/frontier/``) from the committed files. ``validate`` gives the finished runs that
+predate it their averaged model's valid loss, as the final stage now measures it.
 """
 
 import sys
@@ -44,12 +46,28 @@ def plan(args, items):
                   f"{', '.join(p.stem.rsplit('_u', 1)[1] for p in done)}")
 
 
+def add_validate_arguments(p):
+    p.add_argument("--data", required=True, help="the prepared corpus")
+    p.add_argument("--work", default="work/budget", help="where newer runs keep their models")
+    p.add_argument("--commit", action="store_true", help="git-commit the records changed")
+
+
+def validate(args) -> int:
+    evidence.check_corpus(args.data, args.results)
+    changed = budget_curve.backfill_valid_loss(args.results, args.data, args.work)
+    if args.commit and changed:
+        queue.commit(changed, f"budget: averaged models' valid loss for {len(changed)} runs "
+                     "(budget validate)", queue.results_repository(args.results))
+    return 0
+
+
 COMMAND = Command(
     budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget",
     budget="budget_curve",
     items=lambda args: [queue.Item(n, s) for n, s in budget_curve.parse_queue(args.queue)],
     render=render, plan=plan,
-    prepare=lambda args: evidence.snapshot_corpus(args.data, args.results))
+    prepare=lambda args: evidence.snapshot_corpus(args.data, args.results),
+    commands={"validate": (add_validate_arguments, validate)})
 
 
 def main(argv=None):

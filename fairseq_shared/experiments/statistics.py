@@ -1,0 +1,196 @@
+"""The one home of the report statistics: what a table may say about configurations trained
+with several seeds, and what it may say about two single models.
+
+* :func:`seed_summary`: one configuration's mean, sd and 95% t interval over its seeds.
+* :func:`compare`: the difference of two configurations' means, with a 95% interval that
+  counts both sources of noise a reader's rerun would meet:
+
+  - **seed variance**, as a t interval on the seed means. Every configuration here has one to
+    three seeds, so a Welch interval per pair would have one or two degrees of freedom and say
+    nothing; the configurations share one recipe, so the seed variance is pooled over every
+    configuration of the table (:func:`pooled_sd`, its degrees of freedom the sum of each
+    configuration's seeds less one) and the interval is t with those degrees of freedom;
+  - **test-sampling variance**: the same comparison on another sample of test sentences. A
+    paired sentence bootstrap (:func:`test_sampling_variance`: the same resampled sentences
+    for every hypothesis file of both configurations, corpus BLEU from sacreBLEU's sufficient
+    statistics) gives the variance of the difference of the two seed means; it is added to
+    the seed term.
+
+  An interval that covers 0 is printed "not resolved" (:func:`fmt_difference`).
+* :func:`paired_bootstrap`: sacreBLEU's paired bootstrap between two *single models*. It
+  measures test sampling only, for one seed of each, and is labelled so wherever it is shown;
+  it is never a configuration's significance.
+
+Valid loss goes through the same :func:`compare` without the test-sampling term (the valid
+set is fixed and the loss has no per-sentence file here); its tables say so.
+"""
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+LEVEL = 0.95
+BOOTSTRAP_SAMPLES = 1000
+
+
+def t_quantile(df: int, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + level / 2, df))
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    values: Tuple[float, ...]
+    mean: float
+    sd: Optional[float]  # None with one seed
+    lo: Optional[float]
+    hi: Optional[float]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+
+def seed_summary(values: Sequence[float], level: float = LEVEL) -> SeedSummary:
+    """Mean, sd and the ``level`` t interval over seeds (no sd or interval from one seed)."""
+    values = tuple(float(v) for v in values)
+    if not values:
+        raise ValueError("seed_summary: no values")
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return SeedSummary(values, mean, None, None, None)
+    sd = statistics.stdev(values)
+    half = t_quantile(len(values) - 1, level) * sd / math.sqrt(len(values))
+    return SeedSummary(values, mean, sd, mean - half, mean + half)
+
+
+def pooled_sd(groups: Sequence[Sequence[float]]) -> Tuple[Optional[float], int]:
+    """(pooled seed sd, its degrees of freedom) over groups of per-seed values; groups with
+    one seed add nothing. (None, 0) when no group has two seeds."""
+    ss = sum(sum((v - statistics.mean(g)) ** 2 for v in g) for g in groups if len(g) > 1)
+    df = sum(len(g) - 1 for g in groups if len(g) > 1)
+    return (math.sqrt(ss / df), df) if df else (None, 0)
+
+
+@dataclass(frozen=True)
+class Difference:
+    delta: float  # mean(b) - mean(a)
+    lo: Optional[float]  # None: no seed variance to count (no group with two seeds)
+    hi: Optional[float]
+    seeds: Tuple[int, int]
+
+    @property
+    def resolved(self) -> Optional[bool]:
+        if self.lo is None:
+            return None
+        return self.lo > 0 or self.hi < 0
+
+
+def compare(a: Sequence[float], b: Sequence[float], pooled: Tuple[Optional[float], int],
+            test_variance: float = 0.0, level: float = LEVEL) -> Difference:
+    """mean(b) - mean(a) with its ``level`` interval: the pooled seed variance over each
+    side's seed count plus ``test_variance`` (:func:`test_sampling_variance`), t with the
+    pooled degrees of freedom."""
+    sd, df = pooled
+    delta = statistics.mean(b) - statistics.mean(a)
+    if sd is None:
+        return Difference(delta, None, None, (len(a), len(b)))
+    se = math.sqrt(sd ** 2 * (1 / len(a) + 1 / len(b)) + test_variance)
+    half = t_quantile(df, level) * se
+    return Difference(delta, delta - half, delta + half, (len(a), len(b)))
+
+
+def sentence_stats(hyps: Sequence[str], refs: Sequence[str]) -> List[List[int]]:
+    """sacreBLEU's per-sentence sufficient statistics (lengths, n-gram matches and totals),
+    which add up to the corpus score's."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
+    return BLEU()._extract_corpus_statistics(list(hyps), [list(refs)])
+
+
+def test_sampling_variance(a: Sequence[Sequence[Sequence[int]]],
+                           b: Sequence[Sequence[Sequence[int]]],
+                           samples: int = BOOTSTRAP_SAMPLES, seed: int = 12345) -> float:
+    """Variance over paired sentence resamples of (mean corpus BLEU of ``b``'s models - that
+    of ``a``'s); ``a`` and ``b``: per model, :func:`sentence_stats` on the same references."""
+    import numpy as np
+
+    arrays = [np.asarray(s, dtype=np.int64) for s in (*a, *b)]
+    n = arrays[0].shape[0]
+    if any(x.shape[0] != n for x in arrays):
+        raise ValueError("test_sampling_variance: hypothesis files of different lengths")
+    from sacrebleu.metrics import BLEU
+
+    rng, bleu = np.random.default_rng(seed), BLEU()
+    deltas = []
+    for _ in range(samples):
+        ids = rng.integers(0, n, n)
+        scores = [bleu._compute_score_from_stats(x[ids].sum(axis=0).tolist()).score
+                  for x in arrays]
+        deltas.append(statistics.mean(scores[len(a):]) - statistics.mean(scores[:len(a)]))
+    return statistics.variance(deltas)
+
+
+def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str],
+                     n_samples: int = BOOTSTRAP_SAMPLES) -> Dict[str, float]:
+    """sacreBLEU's paired bootstrap of two single models (one seed each: test sampling
+    only): p-values of ``hyps`` against ``base_hyps``."""
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    test = PairedTest([("base", base_hyps), ("system", hyps)],
+                      {"BLEU": BLEU(references=[refs]), "chrF": CHRF(references=[refs])},
+                      references=None, test_type="bs", n_samples=n_samples)
+    _, res = test()
+    return {"bleu_p": float(res["BLEU"][1].p_value), "chrf_p": float(res["chrF2"][1].p_value)}
+
+
+# ------------------------------------------------------------------------- table cells
+def fmt_seeds(values: Sequence[float], spec: str = ".2f") -> str:
+    """``30.28 ± 0.78 [23.27, 37.29] (29.73, 30.83)``: mean ± sd, the 95% interval over
+    seeds, per seed; ``31.02 (one seed)`` for one."""
+    s = seed_summary(values)
+    if s.sd is None:
+        return f"{s.mean:{spec}} (one seed)"
+    per_seed = ", ".join(format(v, spec) for v in s.values)
+    return f"{s.mean:{spec}} ± {s.sd:{spec}} [{s.lo:{spec}}, {s.hi:{spec}}] ({per_seed})"
+
+
+def fmt_difference(d: Difference, spec: str = "+.2f") -> str:
+    """``-1.81 [-3.40, -0.22]``, or ``not resolved: +0.28 [-1.20, +1.76]`` where the
+    interval covers 0; the seed counts where a side has one seed."""
+    if d.lo is None:
+        return f"{d.delta:{spec}} (no seed variance measured)"
+    text = f"{d.delta:{spec}} [{d.lo:{spec}}, {d.hi:{spec}}]"
+    if 1 in d.seeds:
+        text += f" ({d.seeds[0]} vs {d.seeds[1]} seeds)"
+    return text if d.resolved else f"not resolved: {text}"
+
+
+# ------------------------------------------------------------------ run records
+_STATS: Dict[Tuple[str, int], List[List[int]]] = {}
+
+
+def hypothesis_stats(path: Path, refs: Sequence[str]) -> List[List[int]]:
+    """:func:`sentence_stats` of a committed hypothesis file (cached by path and references)."""
+    key = (str(Path(path).resolve()), hash(tuple(refs)))
+    if key not in _STATS:
+        hyps = Path(path).read_text(encoding="utf-8").splitlines()
+        _STATS[key] = sentence_stats(hyps, refs)
+    return _STATS[key]
+
+
+def compare_bleu(base: Sequence[Dict], runs: Sequence[Dict], pooled: Tuple[Optional[float], int],
+                 results: str, refs: Sequence[str]) -> Difference:
+    """Two configurations' test BLEU (run records: ``test.bleu``, ``test.hypotheses`` under
+    ``results``), counting seeds and test sampling (:func:`compare`)."""
+    stats = [[hypothesis_stats(Path(results) / r["test"]["hypotheses"], refs) for r in side]
+             for side in (base, runs)]
+    return compare([r["test"]["bleu"] for r in base], [r["test"]["bleu"] for r in runs], pooled,
+                   test_sampling_variance(*stats))

@@ -1,0 +1,76 @@
+"""The report statistics on synthetic scores: seed noise larger than a gap leaves it "not
+resolved", a large consistent gap is resolved, and the test-sampling term is the variance of a
+paired sentence bootstrap of sacreBLEU's own corpus score."""
+
+import random
+import statistics as stats
+
+import pytest
+
+from fairseq_shared.experiments import statistics as st
+
+
+def test_seed_summary_is_a_t_interval_over_seeds():
+    s = st.seed_summary([29.73, 30.83])
+    assert s.mean == pytest.approx(30.28) and s.sd == pytest.approx(0.7778, abs=1e-4)
+    # t(1) = 12.706: two seeds say little about a configuration's mean
+    assert s.hi - s.mean == pytest.approx(12.706 * 0.7778 / 2 ** 0.5, rel=1e-3)
+    one = st.seed_summary([31.02])
+    assert one.sd is None and one.lo is None
+    assert st.fmt_seeds([31.02]) == "31.02 (one seed)"
+    assert st.fmt_seeds([29.73, 30.83]).startswith("30.28 ± 0.78 [")
+
+
+def test_pooled_sd_counts_every_group_with_two_seeds():
+    sd, df = st.pooled_sd([[1.0, 3.0], [10.0, 10.0, 13.0], [7.0]])
+    assert df == 1 + 2
+    assert sd == pytest.approx(((2 + 6) / 3) ** 0.5)
+    assert st.pooled_sd([[1.0], [2.0]]) == (None, 0)
+
+
+def test_seed_noise_larger_than_the_gap_is_not_resolved():
+    rng = random.Random(0)
+    a = [30 + rng.gauss(0, 1.0) for _ in range(3)]
+    b = [30.4 + rng.gauss(0, 1.0) for _ in range(3)]
+    d = st.compare(a, b, st.pooled_sd([a, b]))
+    assert d.lo < 0 < d.hi and d.resolved is False
+    assert st.fmt_difference(d).startswith("not resolved: ")
+
+
+def test_a_large_consistent_gap_is_resolved_and_signed():
+    a, b = [30.1, 29.9, 30.0], [27.0, 27.2, 26.9]
+    d = st.compare(a, b, st.pooled_sd([a, b]))
+    assert d.delta == pytest.approx(stats.mean(b) - stats.mean(a))
+    assert d.hi < 0 and d.resolved is True
+    assert st.fmt_difference(d) == "-2.97 [-3.26, -2.67]"
+
+
+def test_test_sampling_variance_widens_the_interval():
+    a, b = [30.0, 30.2], [29.0, 29.1]
+    pooled = st.pooled_sd([a, b])
+    narrow, wide = st.compare(a, b, pooled), st.compare(a, b, pooled, test_variance=1.0)
+    assert wide.lo < narrow.lo and wide.hi > narrow.hi and wide.delta == narrow.delta
+    # one seed on each side and no pooled variance: nothing to count, no verdict
+    lone = st.compare([30.0], [29.0], (None, 0))
+    assert lone.resolved is None and "no seed variance" in st.fmt_difference(lone)
+
+
+def test_sentence_bootstrap_of_sacrebleus_statistics():
+    from sacrebleu.metrics import BLEU
+
+    rng = random.Random(1)
+    words = "the of and to in that he shall unto for".split()
+    refs = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(60)]
+    noisy = lambda p: [" ".join(w if rng.random() > p else rng.choice(words)  # noqa: E731
+                                for w in r.split()) for r in refs]
+    good, bad = noisy(0.2), noisy(0.5)
+    stats_good, stats_bad = st.sentence_stats(good, refs), st.sentence_stats(bad, refs)
+    # the statistics add up to sacreBLEU's corpus score
+    total = [sum(col) for col in zip(*stats_good)]
+    assert BLEU()._compute_score_from_stats(total).score == pytest.approx(
+        BLEU().corpus_score(good, [refs]).score)
+    assert st.test_sampling_variance([stats_good], [stats_good], samples=50) == 0.0
+    var = st.test_sampling_variance([stats_good], [stats_bad], samples=200)
+    assert 0.1 < var < 100
+    with pytest.raises(ValueError):
+        st.sentence_stats(good[:-1], refs)
