@@ -141,6 +141,46 @@ def method_note(pooled: Dict) -> str:
             "test sampling only, never a configuration's significance.")
 
 
+#: the comparisons whose crossover the tables state: (unshared baseline, shared configuration)
+CROSSOVER_PAIRS = [("vanilla", "cycle_rev_2L")]
+
+
+def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]]) -> List[str]:
+    """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
+    its baseline's, at equal updates and at equal training CPU (updates scaled by the
+    one-machine rate ratio), as measured: the gap at the last update both reach, and the
+    first point where the shared one is level or ahead, or that there is none."""
+    lines = ["## Crossover of valid loss (mean over seeds; negative: the shared model is ahead)",
+             ""]
+    for base, shared in CROSSOVER_PAIRS:
+        if base not in stages or shared not in stages:
+            continue
+        (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[shared])
+        base_mean = dict(zip(bu, (statistics.mean(v) for v in bl)))
+        ratio = (cpu_per_update[shared] / cpu_per_update[base]
+                 if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
+                 else None)
+        axes = [("equal updates", 1.0)] + ([("equal training CPU", ratio)] if ratio else [])
+        for axis, scale in axes:
+            points = []
+            for u, losses in zip(su, sl):
+                at = int(round(u * scale / 100) * 100)
+                if at in base_mean:
+                    points.append((u, at, statistics.mean(losses) - base_mean[at]))
+            if not points:
+                continue
+            level = next((p for p in points if p[2] <= 0), None)
+            u, at, gap = points[-1]
+            seeds = f"{len(stages[shared])} vs {len(stages[base])} seeds"
+            where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
+                     if level else f"no crossover up to {u:,} updates")
+            lines.append(f"- {shared} against {base}, {axis}"
+                         + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
+                         + f": {gap:+.3f} bits at {u:,} updates ({base} at {at:,}); {where} "
+                         f"({seeds}).")
+    return lines + [""] if len(lines) > 2 else []
+
+
 def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
     """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}},
     {"bleu": pooled, "valid_loss": pooled}): each
@@ -168,6 +208,31 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
             label, layers = describe(pair, runs[pair])
             out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
     return out, {"bleu": pooled_bleu, "valid_loss": pooled_valid}
+
+
+def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
+    """{"bleu"/"valid_loss": {"best": the configuration with the best mean, "set": every
+    configuration not resolved worse than it}}: "best" as a set, not the maximum of noisy
+    means (the same statistics as :func:`comparisons`)."""
+    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
+    pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
+    bleu = {n: statistics.mean(r["test"]["bleu"] for r in rs) for n, rs in runs.items()}
+    top = max(bleu, key=bleu.get)
+    out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
+        compare_bleu(runs[top], runs[n], pooled, results, refs).hi or 0) < 0]}}
+    losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
+    if losses:
+        pooled_valid = pooled_sd(list(losses.values()))
+        low = min(losses, key=lambda n: statistics.mean(losses[n]))
+        out["valid_loss"] = {"best": low, "set": [n for n in losses if n == low or not (
+            compare(losses[low], losses[n], pooled_valid).lo or 0) > 0]}
+    return out
+
+
+def best_lines(best: Dict[str, Dict]) -> List[str]:
+    words = {"bleu": "test BLEU", "valid_loss": "valid loss"}
+    return [f"Best by {words[k]} (the best mean, {v['best']}, and every configuration not "
+            f"resolved worse than it): {', '.join(v['set'])}." for k, v in best.items()]
 
 
 def training_rates(results: str) -> Optional[Dict]:
@@ -336,6 +401,7 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     rates = training_rates(results)
     cpu_per_update = ({n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
                       if rates else None)
+    lines += crossover_lines(stages, cpu_per_update)
     if rates:
         lines += rate_table(rates)
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
@@ -353,7 +419,7 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
                "models decoding the whole test set: beam 4, one thread, CPU tokens/s over "
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
                "cost, wall clock and every model's row in `frontier/frontier.md`).", "",
-               method_note(pooled), "",
+               method_note(pooled), "", *best_lines(best_sets(finals, results, refs)), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
