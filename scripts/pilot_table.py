@@ -33,7 +33,7 @@ def main(pilot: str) -> None:
               f" | {r['cpu_seconds_per_update']} |")
     print(f"\nBLEU signature: `{r['test']['bleu_signature']}`")
     from fairseq_shared.data.scoring import score
-    from fairseq_shared.experiments.evidence_report import paired_bootstrap
+    from fairseq_shared.experiments.statistics import paired_bootstrap
 
     corpus = Path("results/bible_clean/corpus")
     refs = (corpus / "test.ref").read_text(encoding="utf-8").splitlines()

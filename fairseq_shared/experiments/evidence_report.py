@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.plots import save_panels
+from fairseq_shared.experiments.statistics import (compare_bleu, fmt_difference, fmt_seeds,
+                                                   paired_bootstrap, pooled_sd)
 from fairseq_shared.experiments.tables import lookup_lines
 
 # table -> row configurations in order; "lookup" is the audit's no-model baseline
@@ -41,29 +43,6 @@ def load_runs(results: str) -> Dict[str, List[Dict]]:
 def read_lines(path) -> List[str]:
     with open(path, encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
-
-
-def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str],
-                     n_samples: int = 1000) -> Dict[str, float]:
-    """sacreBLEU's paired bootstrap resampling of ``hyps`` against ``base_hyps``: p-values."""
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
-    test = PairedTest([("base", base_hyps), ("system", hyps)],
-                      {"BLEU": BLEU(references=[refs]), "chrF": CHRF(references=[refs])},
-                      references=None, test_type="bs", n_samples=n_samples)
-    _, res = test()
-    return {"bleu_p": float(res["BLEU"][1].p_value), "chrf_p": float(res["chrF2"][1].p_value)}
-
-
-def mean_sd(xs: List[float]) -> (float, Optional[float]):
-    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
-
-
-def fmt_spread(xs: List[float], spec=".2f") -> str:
-    m, sd = mean_sd(xs)
-    per_seed = ", ".join(format(x, spec) for x in xs)
-    return f"{m:{spec}}" + (f" ± {sd:{spec}} ({per_seed})" if sd is not None else "")
 
 
 def cost_per_update(run: Dict) -> float:
@@ -117,29 +96,33 @@ def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: st
     base = runs.get(BASELINES[key])
     lines = [f"## {title}", "",
              "| method | layers enc+dec | sets M | params | seeds | updates | s/update (x vanilla) "
-             "| valid loss | test BLEU (mean ± sd, per seed) | test chrF | vs baseline, per seed "
-             "(ΔBLEU, bootstrap p) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+             "| valid loss | test BLEU (mean ± sd [95% over seeds], per seed) | test chrF "
+             "| vs baseline [95%: seeds and test sampling] | single models of one seed against "
+             "the baseline's (test sampling only: ΔBLEU, bootstrap p) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+    pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
     rows = []
     base_spu = statistics.mean(cost_per_update(r) for r in base) if base else None
     for name in names:
         if name == "lookup":
-            lines += lookup_lines(audit["splits"]["test"]["lookup"], 11, 8)
+            lines += lookup_lines(audit["splits"]["test"]["lookup"], 12, 8)
             continue
         if name not in runs:
-            lines.append(f"| {name} | not run yet | | | | | | | | | |")
+            lines.append(f"| {name} | not run yet | | | | | | | | | | |")
             continue
         row = row_stats(name, runs[name], base, results, refs)
         rows.append(row)
         spu = statistics.mean(row["seconds_per_update"])
         rel = f" (x{spu / base_spu:.2f})" if base_spu else ""
         paired = fmt_paired(row["paired"]) or "-"
-        vl = fmt_spread(row["valid_loss"], ".3f") if row["valid_loss"] else "-"
+        vl = fmt_seeds(row["valid_loss"], ".3f") if row["valid_loss"] else "-"
+        versus = (fmt_difference(compare_bleu(base, runs[name], pooled, results, refs))
+                  if base and name != base[0]["name"] else "-")
         lines.append(
             f"| {row['label']} | {row['N']}+{row['decoder_N']} | {row['M']} | "
             f"{row['params']:,} | {len(row['seeds'])} | {'/'.join(map(str, row['updates']))} | "
-            f"{spu:.2f}{rel} | {vl} | {fmt_spread(row['bleu'])} | {fmt_spread(row['chrf'])} | "
-            f"{paired} |")
+            f"{spu:.2f}{rel} | {vl} | {fmt_seeds(row['bleu'])} | {fmt_seeds(row['chrf'])} | "
+            f"{versus} | {paired} |")
     return "\n".join(lines) + "\n", rows
 
 

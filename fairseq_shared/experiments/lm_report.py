@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.evidence_report import cost_per_update as cost
-from fairseq_shared.experiments.evidence_report import fmt_spread, load_runs
+from fairseq_shared.experiments.evidence_report import load_runs
+from fairseq_shared.experiments.statistics import fmt_seeds
 from fairseq_shared.experiments.lm_runs import LM_CONFIGS
 from fairseq_shared.experiments.plots import save_panels
 
@@ -58,7 +59,7 @@ def render_table(runs: Dict[str, List[Dict]], baselines: Optional[Dict]) -> str:
         lines.append(
             f"| {r0['label']} | {r0['N']} | {r0['M']} | {shared} | {r0['params']:,} | "
             f"{len(rs)} | {'/'.join(str(u) for u in sorted({r['updates'] for r in rs}))} | "
-            f"{c:.3f}{rel} | {fmt_spread(valid) if valid else '-'} | {fmt_spread(test)} | "
+            f"{c:.3f}{rel} | {fmt_seeds(valid) if valid else '-'} | {fmt_seeds(test)} | "
             f"{vs} |")
     return "\n".join(lines) + "\n"
 

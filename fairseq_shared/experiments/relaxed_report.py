@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.evidence_report import cost_per_update, fmt_spread, load_runs
+from fairseq_shared.experiments.evidence_report import cost_per_update, load_runs
+from fairseq_shared.experiments.statistics import fmt_seeds
 from fairseq_shared.experiments.relaxed import FINETUNE_UPDATES, SOURCE
 from fairseq_shared.experiments.tables import lookup_lines
 
@@ -52,9 +53,9 @@ def model_table(rows, suites: Dict[str, Dict[str, List[Dict]]], lookup: Optional
         lines.append(
             f"| {r0['label']} | {_maps(r0)} | {rank} | {r0['params']:,} | {len(runs)} | "
             f"{'/'.join(str(r['updates']) for r in runs)} | {sum(cost) / len(cost):.2f} | "
-            f"{fmt_spread(vl, '.3f') if vl else '-'} | "
-            f"{fmt_spread([r['test']['bleu'] for r in runs])} | "
-            f"{fmt_spread([r['test']['chrf'] for r in runs])} |")
+            f"{fmt_seeds(vl, '.3f') if vl else '-'} | "
+            f"{fmt_seeds([r['test']['bleu'] for r in runs])} | "
+            f"{fmt_seeds([r['test']['chrf'] for r in runs])} |")
     return lines
 
 
