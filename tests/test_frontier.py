@@ -129,6 +129,12 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     assert p["best_bleu"]["option"] == "a / fairseq"
     assert p["fastest"]["1"]["option"] == "b / fairseq"  # c is 0.6 below the best
     assert p["smallest"]["option"] == "b / fairseq"
+    # with the budget's statistics: every option of a configuration not resolved below the
+    # best counts as good as the best, whatever its mean
+    p = pick(made, best_set=["a", "c"])
+    assert p["rule"] == "configurations not resolved below the best over seeds"
+    assert p["as_good"] == ["a / fairseq", "c / fairseq"]
+    assert p["fastest"]["1"]["option"] == "c / fairseq" and p["smallest"]["option"] == "c / fairseq"
     # seeds of one configuration (<configuration>_s<seed>) are picked by their mean
     from fairseq_shared.experiments.frontier_report import by_configuration
 

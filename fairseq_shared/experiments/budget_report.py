@@ -501,9 +501,10 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}
     frontier = frontier_report.load_records(str(out / "frontier"))
+    best = best_sets(finals, results, refs)
     if frontier:  # one command regenerates every table and plot of the suite
-        paths.update({f"frontier {k}": v for k, v in
-                      frontier_report.render(str(out / "frontier")).items()})
+        paths.update({f"frontier {k}": v for k, v in frontier_report.render(
+            str(out / "frontier"), best_set=best["bleu"]["set"]).items()})
     summary = ["# Quality, training cost, size and decoding speed of the final models", "",
                "Rendered by `python -m fairseq_shared.cli.budget render` from `runs/*.json` "
                "(test BLEU and valid loss of the final averaged models), "
@@ -512,7 +513,7 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
                "models decoding the whole test set: beam 4, one thread, CPU tokens/s over "
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
                "cost, wall clock and every model's row in `frontier/frontier.md`).", "",
-               method_note(pooled), "", *best_lines(best_sets(finals, results, refs)), "",
+               method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")

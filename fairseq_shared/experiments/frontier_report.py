@@ -6,7 +6,7 @@ import json
 import os
 import re
 import statistics
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_shared.experiments.frontier import ENGINES
 from fairseq_shared.markdown import fmt
@@ -118,18 +118,27 @@ def by_configuration(rows: List[Dict]) -> List[Dict]:
     return out
 
 
-def pick(rows: List[Dict], tolerance: float = TOLERANCE) -> Optional[Dict]:
+def pick(rows: List[Dict], tolerance: float = TOLERANCE,
+         best_set: Optional[Sequence[str]] = None) -> Optional[Dict]:
     """Best BLEU; the fastest (CPU tokens/s, at each batch size) and the smallest (bytes on
-    disk) of the options within ``tolerance`` BLEU of the best."""
+    disk) of the options as good as the best: every engine of a configuration in
+    ``best_set`` (the configurations not resolved below the best over seeds, from the budget's
+    statistics), else, without it, the options within ``tolerance`` BLEU of the best."""
     if not rows:
         return None
     label = lambda r: f"{r['model']} / {r['engine']}"  # noqa: E731
     best = max(rows, key=lambda r: r["bleu"])
-    near = [r for r in rows if r["bleu"] >= best["bleu"] - tolerance]
+    if best_set is not None:
+        near = [r for r in rows if r["model"] in best_set]
+        rule = {"rule": "configurations not resolved below the best over seeds",
+                "best_set": list(best_set)}
+    else:
+        near = [r for r in rows if r["bleu"] >= best["bleu"] - tolerance]
+        rule = {"rule": f"within {tolerance} BLEU of the best", "tolerance_bleu": tolerance}
     seeds = lambda r: r.get("bleu_seeds", [r["bleu"]])  # noqa: E731
-    out = {"tolerance_bleu": tolerance,
+    out = {**rule,
            "best_bleu": {"option": label(best), "bleu": best["bleu"], "bleu_seeds": seeds(best)},
-           "within_tolerance": [label(r) for r in near], "fastest": {}}
+           "as_good": [label(r) for r in near], "fastest": {}}
     sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
     if len({r.get("boot") for r in near}) > 1:
         out["fastest_refused"] = ("the options were timed in more than one machine boot; "
@@ -250,7 +259,7 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
     if missing:
         lines += ["", "Not measured:", ""] + [f"- {m}" for m in missing]
     if choice:
-        lines += ["", f"## Which to pick (within {choice['tolerance_bleu']} BLEU of the best)", "",
+        lines += ["", f"## Which to pick ({choice['rule']})", "",
                   "Models named `<configuration>_s<seed>` count as one configuration: its BLEU, "
                   "speed and size are the means over its seeds (each seed's BLEU in brackets).", "",
                   f"- best BLEU: {choice['best_bleu']['option']} "
@@ -332,11 +341,13 @@ def _legend(ax, models, colors, markers):
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
 
 
-def render(out: str, anchor: str = ANCHOR) -> Dict[str, str]:
-    """``frontier.md``, ``pick.json`` and the two plots in ``out``, from its records."""
+def render(out: str, anchor: str = ANCHOR,
+           best_set: Optional[Sequence[str]] = None) -> Dict[str, str]:
+    """``frontier.md``, ``pick.json`` and the two plots in ``out``, from its records;
+    ``best_set``: see :func:`pick`."""
     records = load_records(out)
     rows = options(records)
-    choice = pick(by_configuration(rows))
+    choice = pick(by_configuration(rows), best_set=best_set)
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown(records, rows, choice, anchor))
