@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_shared.experiments import budget_curve, budget_report, evidence, milestones
+from fairseq_shared.experiments import (budget_curve, budget_findings, budget_report, evidence,
+                                        milestones)
 from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
 
 
@@ -172,10 +173,10 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
 
 
 def test_each_shared_model_is_also_compared_with_its_own_unshared_pair():
-    assert budget_report.pair_of("san_dec2L") == "vanilla_dec2L"
+    assert budget_findings.pair_of("san_dec2L") == "vanilla_dec2L"
     for name in ["vanilla_dec2L", "cycle_rev_2L", "attn_shared", "vanilla_2L_dec1", "nodec_ffn",
                  "one_wide_ffn", "vanilla_2L"]:
-        assert budget_report.pair_of(name) is None, name
+        assert budget_findings.pair_of(name) is None, name
 
 
 def test_early_stop_counts_validations_at_the_checkpoint_interval():

@@ -2,12 +2,14 @@
 
 Reads ``RESULTS/milestones/*.json`` and ``RESULTS/runs/*.json``
 (:mod:`fairseq_shared.experiments.budget_curve`), the hypotheses in ``RESULTS/hyps/`` and the
-corpus audit copied to ``RESULTS/corpus/``; writes ``RESULTS/tables.md`` (test BLEU and chrF
-at every milestone and of the final averaged model, the lookup row, the signatures, a paired
-bootstrap of the final models against vanilla with the same seed, and against their unshared
-pair where that is another model: SAN 3+6 against vanilla 3+6) and
-``RESULTS/budget_curves.png`` (test BLEU against updates and against training CPU-hours; one
-line per configuration, the band spanning the seeds), and ``RESULTS/summary.md``
+corpus audit copied to ``RESULTS/corpus/``, and the 16,000-update runs of ``RESULTS/long/``
+(:mod:`~fairseq_shared.experiments.budget_long`); writes ``RESULTS/tables.md`` (test BLEU,
+chrF and valid loss at every milestone and of the final averaged model, the lookup row, the
+signatures, the differences to vanilla 3+3 and to the unshared pair counting seeds and the
+single-model bootstrap, the crossover and averaging's gain:
+:mod:`~fairseq_shared.experiments.budget_findings`) and ``RESULTS/budget_curves.png`` (test
+BLEU against updates and against training CPU-hours, valid loss against updates; one line per
+configuration, the band spanning the seeds), and ``RESULTS/summary.md``
 (:mod:`fairseq_shared.experiments.budget_summary`: the README's table, joined with the frontier
 of the same final models in ``RESULTS/frontier/``, whose table, pick and plots it renders again).
 
@@ -25,101 +27,19 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.budget_curve import NAMES
+from fairseq_shared.experiments.budget_findings import (BASELINE, averaging_lines, best_lines,
+                                                        best_sets, comparisons, crossover_lines,
+                                                        describe, method_note, pair_of,
+                                                        valid_curve)
+from fairseq_shared.experiments.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from fairseq_shared.experiments.budget_summary import summary_table, valid_losses, versus_cell
-from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
-from fairseq_shared.experiments.evidence_report import (BASELINES, fmt_paired, paired_by_seed,
-                                                         read_lines)
+from fairseq_shared.experiments.configs import load_budget
+from fairseq_shared.experiments.evidence_report import fmt_paired, paired_by_seed, read_lines
 from fairseq_shared.experiments.plots import save_panels
-from fairseq_shared.experiments.statistics import compare, compare_bleu, fmt_seeds, pooled_sd
+from fairseq_shared.experiments.statistics import fmt_seeds
 
-BASELINE = "vanilla"
 RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
-
-
-#: the 16,000-update runs of Takase's pair (budget ``budget_long``), under RESULTS/long/; their
-#: 8,000-update milestone, averaged as a final model is, counts as a seed of the 8,000-update
-#: tables where the 8,000-update suite has no run of that seed
-LONG, LONG_AT = "long", 8000
-
-
-def with_long_seeds(finals, long_stages, at: int):
-    """``finals`` with each long run's averaged milestone at ``at`` updates as the final record
-    of a seed the suite has not run (a seed it has run is a reproducibility check instead,
-    :func:`long_lines`)."""
-    out = defaultdict(dict, {n: dict(by_seed) for n, by_seed in finals.items()})
-    for name, by_seed in long_stages.items():
-        like = next(iter(finals.get(name, {}).values()), None)
-        for seed, ms in by_seed.items():
-            m = ms.get(at)
-            if seed in out[name] or not m or not m.get("average") or not like:
-                continue
-            avg = m["average"]
-            out[name][seed] = {
-                **{k: like[k] for k in ("label", "N", "decoder_N")}, "name": name,
-                "seed": seed, "params": m["params"], "updates": at,
-                "test": {**avg["test"], "hypotheses": f"{LONG}/{avg['test']['hypotheses']}"},
-                "average_valid_loss": avg["valid_loss"], "average_of": avg["of"],
-                "from": f"{LONG}/milestones/{name}_s{seed}_u{at}.json"}
-    return out
-
-
-def averaging_lines(stages, finals) -> List[str]:
-    """Averaging's gain per run: the final averaged model against the checkpoint it ends at."""
-    lines = ["## What averaging adds, per run (final average of the last 5 checkpoints against "
-             "the last checkpoint)", "",
-             "| run | updates | checkpoint BLEU | averaged BLEU | gain | checkpoint valid loss "
-             "| averaged valid loss |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for name in (n for n in NAMES if n in finals):
-        for seed, f in sorted(finals[name].items()):
-            m = stages.get(name, {}).get(seed, {}).get(f["updates"])
-            if not m:
-                continue
-            avg_loss = f.get("average_valid_loss")
-            lines.append(f"| {name}_s{seed} | {f['updates']:,} | {m['test']['bleu']:.2f} | "
-                         f"{f['test']['bleu']:.2f} | {f['test']['bleu'] - m['test']['bleu']:+.2f} | "
-                         f"{m['valid_loss']:.3f} | "
-                         f"{f'{avg_loss:.3f}' if avg_loss is not None else '-'} |")
-    return lines + [""]
-
-
-def long_lines(long_stages, stages, results: str) -> List[str]:
-    """The 16,000-update runs milestone by milestone (checkpoint and averaged), and for a seed
-    the 8,000-update suite also ran, whether its milestones reproduce that run's."""
-    if not long_stages:
-        return []
-    lines = ["## Takase's pair to 16,000 updates (`long/`, budget `budget_long`)", "",
-             "Each cell: checkpoint BLEU / averaged BLEU / averaged valid loss (bits).", "",
-             "| run | " + " | ".join(f"{k:,}" for k in sorted(
-                 {k for by_seed in long_stages.values() for ms in by_seed.values() for k in ms}))
-             + " | reproduces the 8,000-update run |"]
-    updates = sorted({k for by_seed in long_stages.values() for ms in by_seed.values() for k in ms})
-    lines.append("|---|" + "---:|" * len(updates) + "---|")
-    for name in (n for n in NAMES if n in long_stages):
-        for seed, ms in sorted(long_stages[name].items()):
-            cells = [f"{ms[k]['test']['bleu']:.2f} / {ms[k]['average']['test']['bleu']:.2f} / "
-                     f"{ms[k]['average']['valid_loss']:.3f}" if k in ms else "-" for k in updates]
-            lines.append(f"| {name}_s{seed} | " + " | ".join(cells) + " | "
-                         + reproduction(ms, stages.get(name, {}).get(seed), results) + " |")
-    return lines + [""]
-
-
-def reproduction(long_ms: Dict[int, Dict], short_ms: Optional[Dict[int, Dict]],
-                 results: str) -> str:
-    """Which common milestones have the same logged valid loss and byte-identical test
-    hypotheses in both runs."""
-    if not short_ms:
-        return "new seed"
-    out = []
-    for k in sorted(set(long_ms) & set(short_ms)):
-        same_loss = long_ms[k]["valid_loss"] == short_ms[k]["valid_loss"]
-        same_hyps = ((Path(results) / LONG / long_ms[k]["test"]["hypotheses"]).read_bytes()
-                     == (Path(results) / short_ms[k]["test"]["hypotheses"]).read_bytes())
-        out.append(f"{k:,}: " + ("identical" if same_loss and same_hyps else
-                                 f"valid loss {long_ms[k]['valid_loss']} vs "
-                                 f"{short_ms[k]['valid_loss']}, hypotheses "
-                                 f"{'identical' if same_hyps else 'differ'}"))
-    return "; ".join(out) or "no common milestone"
 
 
 def load(results: str):
@@ -133,16 +53,6 @@ def load(results: str):
         r = json.loads(path.read_text(encoding="utf-8"))
         finals[r["name"]][r["seed"]] = r
     return stages, finals
-
-
-def describe(name: str, final: List[Dict]):
-    """(label, "enc+dec" layers) of a configuration: from its final record, else (a run with
-    milestones only) from its declaration under the suite's budget."""
-    if final:
-        return final[0]["label"], f"{final[0]['N']}+{final[0]['decoder_N']}"
-    config = select_configs(CONFIGS, name, None)[0]
-    encoder, decoder = depths(config, load_budget("budget_curve")["L"])
-    return config.get("label", name), f"{encoder}+{decoder}"
 
 
 def _cell(values: List[float], spec: str = ".2f") -> str:
@@ -211,115 +121,6 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
     return lines + [""]
 
 
-def method_note(pooled: Dict) -> str:
-    """How the tables' differences were computed, with the pooled seed sds they used."""
-    def sd(key, spec):
-        value, df = pooled[key]
-        return f"{value:{spec}} ({df} degrees of freedom)" if value is not None else "none yet"
-    return ("Differences between configurations (final models): the difference of the seed "
-            "means with a 95% t interval whose seed variance is pooled over every configuration "
-            f"(seed sd: BLEU {sd('bleu', '.2f')}, valid loss {sd('valid_loss', '.3f')} bits) "
-            "plus, for BLEU, the test-sampling variance of a paired sentence bootstrap (1,000 "
-            "resamples of the test sentences, the same for every model); \"not resolved\" where "
-            "the interval covers 0 (`fairseq_shared/experiments/statistics.py`). The sentence "
-            "bootstrap between two single models of one seed (`tables.md`, last BLEU column) is "
-            "test sampling only, never a configuration's significance.")
-
-
-#: the comparisons whose crossover the tables state: (unshared baseline, shared configuration)
-CROSSOVER_PAIRS = [("vanilla", "cycle_rev_2L")]
-
-
-def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]]) -> List[str]:
-    """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
-    its baseline's, at equal updates and at equal training CPU (updates scaled by the
-    one-machine rate ratio), as measured: the gap at the last update both reach, and the
-    first point where the shared one is level or ahead, or that there is none."""
-    lines = ["## Crossover of valid loss (mean over seeds; negative: the shared model is ahead)",
-             ""]
-    for base, shared in CROSSOVER_PAIRS:
-        if base not in stages or shared not in stages:
-            continue
-        (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[shared])
-        base_mean = dict(zip(bu, (statistics.mean(v) for v in bl)))
-        ratio = (cpu_per_update[shared] / cpu_per_update[base]
-                 if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
-                 else None)
-        axes = [("equal updates", 1.0)] + ([("equal training CPU", ratio)] if ratio else [])
-        for axis, scale in axes:
-            points = []
-            for u, losses in zip(su, sl):
-                at = int(round(u * scale / 100) * 100)
-                if at in base_mean:
-                    points.append((u, at, statistics.mean(losses) - base_mean[at]))
-            if not points:
-                continue
-            level = next((p for p in points if p[2] <= 0), None)
-            u, at, gap = points[-1]
-            seeds = f"{len(stages[shared])} vs {len(stages[base])} seeds"
-            where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
-                     if level else f"no crossover up to {u:,} updates")
-            lines.append(f"- {shared} against {base}, {axis}"
-                         + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
-                         + f": {gap:+.3f} bits at {u:,} updates ({base} at {at:,}); {where} "
-                         f"({seeds}).")
-    return lines + [""] if len(lines) > 2 else []
-
-
-def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
-    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}},
-    {"bleu": pooled, "valid_loss": pooled}): each
-    configuration's final models against vanilla 3+3's (and against its own unshared pair's,
-    :func:`pair_of`), BLEU counting seeds and test sampling, valid loss counting seeds; seed
-    variances pooled over every configuration (:mod:`~fairseq_shared.experiments.statistics`)."""
-    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
-    pooled_bleu = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
-    losses = {n: valid_losses(rs) for n, rs in runs.items()}
-    pooled_valid = pooled_sd([v for v in losses.values() if v])
-
-    def versus(a: str, b: str) -> Dict:
-        out = {"bleu": compare_bleu(runs[a], runs[b], pooled_bleu, results, refs)}
-        if losses[a] and losses[b]:
-            out["valid_loss"] = compare(losses[a], losses[b], pooled_valid)
-        return out
-
-    out = {}
-    for name in runs:
-        if name == baseline or baseline not in runs:
-            continue
-        out[name] = versus(baseline, name)
-        pair = pair_of(name)
-        if pair in runs:
-            label, layers = describe(pair, runs[pair])
-            out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
-    return out, {"bleu": pooled_bleu, "valid_loss": pooled_valid}
-
-
-def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
-    """{"bleu"/"valid_loss": {"best": the configuration with the best mean, "set": every
-    configuration not resolved worse than it}}: "best" as a set, not the maximum of noisy
-    means (the same statistics as :func:`comparisons`)."""
-    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
-    pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
-    bleu = {n: statistics.mean(r["test"]["bleu"] for r in rs) for n, rs in runs.items()}
-    top = max(bleu, key=bleu.get)
-    out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
-        compare_bleu(runs[top], runs[n], pooled, results, refs).hi or 0) < 0]}}
-    losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
-    if losses:
-        pooled_valid = pooled_sd(list(losses.values()))
-        low = min(losses, key=lambda n: statistics.mean(losses[n]))
-        out["valid_loss"] = {"best": low, "set": [n for n in losses if n == low or not (
-            compare(losses[low], losses[n], pooled_valid).lo or 0) > 0]}
-    return out
-
-
-def best_lines(best: Dict[str, Dict]) -> List[str]:
-    words = {"bleu": "test BLEU", "valid_loss": "valid loss"}
-    return [f"Best by {words[k]} (the best mean, {v['best']}, and every configuration not "
-            f"resolved worse than it): {', '.join(v['set'])}." for k, v in best.items()]
-
-
 def training_rates(results: str) -> Optional[Dict]:
     """``RATE_FILE`` at the budget's thread count: {"rows": {configuration: row}, ...}, or
     None where it has not been measured."""
@@ -349,14 +150,6 @@ def rate_table(rates: Dict) -> List[str]:
         lines.append(f"| {name} | {describe(name, [])[1]} | {r['steady_cpu_s_per_update']:.3f} | "
                      f"{ratio} | {r['steady_s_per_update']:.3f} |")
     return lines + [""]
-
-
-def pair_of(name: str) -> Optional[str]:
-    """The unshared model a configuration is the shared version of, where that is not vanilla
-    3+3: the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
-    config = select_configs(CONFIGS, name, None)[0]
-    pair = BASELINES.get(config["tables"][0])
-    return pair if pair not in (None, BASELINE, name) else None
 
 
 def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
@@ -441,19 +234,6 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
                bbox_to_anchor=(0.0, -0.02), ncol=4)
     return save_panels(fig, axes, "Budget curves on the clean Bible split (band: min-max over "
                        "seeds)", out / "budget_curves.png", legend=False)
-
-
-def valid_curve(by_seed: Dict[int, Dict[int, Dict]]):
-    """(updates, [per-seed valid losses]) at the counted validations every seed has, from
-    each seed's latest milestone's curve."""
-    interval = int(load_budget("budget_curve")["save_interval_updates"])
-    curves = []
-    for milestones_ in by_seed.values():
-        latest = milestones_[max(milestones_)]
-        curves.append({p["update"]: p["valid_loss"] for p in latest.get("curve", [])
-                       if p.get("valid_loss") is not None and p["update"] % interval == 0})
-    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-    return common, [[c[u] for c in curves] for u in common]
 
 
 def render(results: str, command: str = COMMAND) -> Dict[str, str]:

@@ -45,7 +45,7 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla") -> List[str]:
     """``finals``: {configuration: {seed: final record}}; ``versus``: each configuration's
     :class:`~fairseq_shared.experiments.statistics.Difference` to ``baseline`` under "bleu" and
-    "valid_loss" (:func:`budget_report.comparisons`); ``cpu_per_update``: {configuration: CPU
+    "valid_loss" (:func:`budget_findings.comparisons`); ``cpu_per_update``: {configuration: CPU
     s/update} or None; ``frontier``: the frontier's records
     (:func:`frontier_report.load_records`), possibly none yet."""
     cells, sizes, speeds = {}, [None], ["decoding speed"]

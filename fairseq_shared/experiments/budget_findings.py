@@ -1,0 +1,173 @@
+"""What the budget tables conclude from the final models, with the statistics of
+:mod:`~fairseq_shared.experiments.statistics`: each configuration's differences to vanilla 3+3
+and to its own unshared pair, the best set, the crossover of cycle_rev and vanilla 3+3 at equal
+updates and equal training CPU, and what averaging adds per run. Pure functions of the loaded
+records (:func:`fairseq_shared.experiments.budget_report.load`)."""
+
+import statistics
+from typing import Dict, List, Optional
+
+from fairseq_shared.experiments.budget_curve import NAMES
+from fairseq_shared.experiments.budget_summary import valid_losses
+from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
+from fairseq_shared.experiments.evidence_report import BASELINES
+from fairseq_shared.experiments.statistics import compare, compare_bleu, pooled_sd
+
+BASELINE = "vanilla"
+def averaging_lines(stages, finals) -> List[str]:
+    """Averaging's gain per run: the final averaged model against the checkpoint it ends at."""
+    lines = ["## What averaging adds, per run (final average of the last 5 checkpoints against "
+             "the last checkpoint)", "",
+             "| run | updates | checkpoint BLEU | averaged BLEU | gain | checkpoint valid loss "
+             "| averaged valid loss |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in (n for n in NAMES if n in finals):
+        for seed, f in sorted(finals[name].items()):
+            m = stages.get(name, {}).get(seed, {}).get(f["updates"])
+            if not m:
+                continue
+            avg_loss = f.get("average_valid_loss")
+            lines.append(f"| {name}_s{seed} | {f['updates']:,} | {m['test']['bleu']:.2f} | "
+                         f"{f['test']['bleu']:.2f} | {f['test']['bleu'] - m['test']['bleu']:+.2f} | "
+                         f"{m['valid_loss']:.3f} | "
+                         f"{f'{avg_loss:.3f}' if avg_loss is not None else '-'} |")
+    return lines + [""]
+
+
+def describe(name: str, final: List[Dict]):
+    """(label, "enc+dec" layers) of a configuration: from its final record, else (a run with
+    milestones only) from its declaration under the suite's budget."""
+    if final:
+        return final[0]["label"], f"{final[0]['N']}+{final[0]['decoder_N']}"
+    config = select_configs(CONFIGS, name, None)[0]
+    encoder, decoder = depths(config, load_budget("budget_curve")["L"])
+    return config.get("label", name), f"{encoder}+{decoder}"
+
+
+def method_note(pooled: Dict) -> str:
+    """How the tables' differences were computed, with the pooled seed sds they used."""
+    def sd(key, spec):
+        value, df = pooled[key]
+        return f"{value:{spec}} ({df} degrees of freedom)" if value is not None else "none yet"
+    return ("Differences between configurations (final models): the difference of the seed "
+            "means with a 95% t interval whose seed variance is pooled over every configuration "
+            f"(seed sd: BLEU {sd('bleu', '.2f')}, valid loss {sd('valid_loss', '.3f')} bits) "
+            "plus, for BLEU, the test-sampling variance of a paired sentence bootstrap (1,000 "
+            "resamples of the test sentences, the same for every model); \"not resolved\" where "
+            "the interval covers 0 (`fairseq_shared/experiments/statistics.py`). The sentence "
+            "bootstrap between two single models of one seed (`tables.md`, last BLEU column) is "
+            "test sampling only, never a configuration's significance.")
+
+
+#: the comparisons whose crossover the tables state: (unshared baseline, shared configuration)
+CROSSOVER_PAIRS = [("vanilla", "cycle_rev_2L")]
+
+
+def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]]) -> List[str]:
+    """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
+    its baseline's, at equal updates and at equal training CPU (updates scaled by the
+    one-machine rate ratio), as measured: the gap at the last update both reach, and the
+    first point where the shared one is level or ahead, or that there is none."""
+    lines = ["## Crossover of valid loss (mean over seeds; negative: the shared model is ahead)",
+             ""]
+    for base, shared in CROSSOVER_PAIRS:
+        if base not in stages or shared not in stages:
+            continue
+        (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[shared])
+        base_mean = dict(zip(bu, (statistics.mean(v) for v in bl)))
+        ratio = (cpu_per_update[shared] / cpu_per_update[base]
+                 if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
+                 else None)
+        axes = [("equal updates", 1.0)] + ([("equal training CPU", ratio)] if ratio else [])
+        for axis, scale in axes:
+            points = []
+            for u, losses in zip(su, sl):
+                at = int(round(u * scale / 100) * 100)
+                if at in base_mean:
+                    points.append((u, at, statistics.mean(losses) - base_mean[at]))
+            if not points:
+                continue
+            level = next((p for p in points if p[2] <= 0), None)
+            u, at, gap = points[-1]
+            seeds = f"{len(stages[shared])} vs {len(stages[base])} seeds"
+            where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
+                     if level else f"no crossover up to {u:,} updates")
+            lines.append(f"- {shared} against {base}, {axis}"
+                         + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
+                         + f": {gap:+.3f} bits at {u:,} updates ({base} at {at:,}); {where} "
+                         f"({seeds}).")
+    return lines + [""] if len(lines) > 2 else []
+
+
+def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
+    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}},
+    {"bleu": pooled, "valid_loss": pooled}): each
+    configuration's final models against vanilla 3+3's (and against its own unshared pair's,
+    :func:`pair_of`), BLEU counting seeds and test sampling, valid loss counting seeds; seed
+    variances pooled over every configuration (:mod:`~fairseq_shared.experiments.statistics`)."""
+    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
+    pooled_bleu = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
+    losses = {n: valid_losses(rs) for n, rs in runs.items()}
+    pooled_valid = pooled_sd([v for v in losses.values() if v])
+
+    def versus(a: str, b: str) -> Dict:
+        out = {"bleu": compare_bleu(runs[a], runs[b], pooled_bleu, results, refs)}
+        if losses[a] and losses[b]:
+            out["valid_loss"] = compare(losses[a], losses[b], pooled_valid)
+        return out
+
+    out = {}
+    for name in runs:
+        if name == baseline or baseline not in runs:
+            continue
+        out[name] = versus(baseline, name)
+        pair = pair_of(name)
+        if pair in runs:
+            label, layers = describe(pair, runs[pair])
+            out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
+    return out, {"bleu": pooled_bleu, "valid_loss": pooled_valid}
+
+
+def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
+    """{"bleu"/"valid_loss": {"best": the configuration with the best mean, "set": every
+    configuration not resolved worse than it}}: "best" as a set, not the maximum of noisy
+    means (the same statistics as :func:`comparisons`)."""
+    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
+    pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
+    bleu = {n: statistics.mean(r["test"]["bleu"] for r in rs) for n, rs in runs.items()}
+    top = max(bleu, key=bleu.get)
+    out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
+        compare_bleu(runs[top], runs[n], pooled, results, refs).hi or 0) < 0]}}
+    losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
+    if losses:
+        pooled_valid = pooled_sd(list(losses.values()))
+        low = min(losses, key=lambda n: statistics.mean(losses[n]))
+        out["valid_loss"] = {"best": low, "set": [n for n in losses if n == low or not (
+            compare(losses[low], losses[n], pooled_valid).lo or 0) > 0]}
+    return out
+
+
+def best_lines(best: Dict[str, Dict]) -> List[str]:
+    words = {"bleu": "test BLEU", "valid_loss": "valid loss"}
+    return [f"Best by {words[k]} (the best mean, {v['best']}, and every configuration not "
+            f"resolved worse than it): {', '.join(v['set'])}." for k, v in best.items()]
+
+
+def pair_of(name: str) -> Optional[str]:
+    """The unshared model a configuration is the shared version of, where that is not vanilla
+    3+3: the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
+    config = select_configs(CONFIGS, name, None)[0]
+    pair = BASELINES.get(config["tables"][0])
+    return pair if pair not in (None, BASELINE, name) else None
+
+
+def valid_curve(by_seed: Dict[int, Dict[int, Dict]]):
+    """(updates, [per-seed valid losses]) at the counted validations every seed has, from
+    each seed's latest milestone's curve."""
+    interval = int(load_budget("budget_curve")["save_interval_updates"])
+    curves = []
+    for milestones_ in (m for m in by_seed.values() if m):
+        latest = milestones_[max(milestones_)]
+        curves.append({p["update"]: p["valid_loss"] for p in latest.get("curve", [])
+                       if p.get("valid_loss") is not None and p["update"] % interval == 0})
+    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    return common, [[c[u] for c in curves] for u in common]

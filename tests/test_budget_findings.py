@@ -1,0 +1,62 @@
+"""What the budget tables conclude, on hand-made records: the crossover at equal updates and
+at equal training CPU, averaging's gain per run, the best set, and the 16,000-update runs'
+seeds (a new seed's averaged 8,000-update milestone is that seed's final; a committed seed is
+a reproducibility check)."""
+
+from fairseq_shared.experiments import budget_findings, budget_long
+
+
+def milestone(name, seed, k, losses, bleu=20.0, hyps=None):
+    return {"name": name, "seed": seed, "update": k, "params": 1000, "valid_loss": losses[k],
+            "curve": [{"update": u, "valid_loss": v} for u, v in sorted(losses.items()) if u <= k],
+            "test": {"bleu": bleu, "hypotheses": hyps or f"hyps/{name}_s{seed}_u{k}.en"}}
+
+
+def test_crossover_at_equal_updates_and_equal_cpu():
+    base = {u: 6.0 - u / 1000 for u in range(100, 1001, 100)}
+    shared = {u: 6.2 - 1.2 * u / 1000 for u in range(100, 1001, 100)}  # level at 1,000
+    stages = {"vanilla": {1: {1000: milestone("vanilla", 1, 1000, base)}},
+              "cycle_rev_2L": {1: {1000: milestone("cycle_rev_2L", 1, 1000, shared)}}}
+    lines = budget_findings.crossover_lines(stages, {"vanilla": 1.0, "cycle_rev_2L": 2.0})
+    equal_updates, equal_cpu = lines[2], lines[3]
+    assert "equal updates: +0.000 bits at 1,000 updates" in equal_updates
+    assert "level or ahead from 1,000 updates" in equal_updates
+    # at twice the CPU per update, 500 shared updates cost what 1,000 of the baseline do
+    assert "(x2.00 CPU per update): +0.600 bits at 500 updates (vanilla at 1,000)" in equal_cpu
+    assert "no crossover up to 500 updates (1 vs 1 seeds)" in equal_cpu
+
+
+def test_averaging_gain_is_per_run():
+    losses = {100: 6.0}
+    stages = {"vanilla": {1: {100: milestone("vanilla", 1, 100, losses, bleu=20.0)}}}
+    finals = {"vanilla": {1: {"updates": 100, "test": {"bleu": 20.8},
+                              "average_valid_loss": 5.95}}}
+    row = budget_findings.averaging_lines(stages, finals)[-2]
+    assert row == "| vanilla_s1 | 100 | 20.00 | 20.80 | +0.80 | 6.000 | 5.950 |"
+
+
+def test_long_runs_add_new_seeds_and_check_committed_ones(tmp_path):
+    losses = {8000: 5.5}
+    avg = {"of": ["c.pt"], "valid_loss": 5.45,
+           "test": {"bleu": 30.0, "hypotheses": "hyps/vanilla_s3_u8000_avg.en"}}
+    long_stages = {"vanilla": {s: {8000: {**milestone("vanilla", s, 8000, losses), "average": avg}}
+                               for s in (1, 3)}}
+    finals = {"vanilla": {1: {"label": "Vanilla", "N": 3, "decoder_N": 3, "test": {"bleu": 29.0}}}}
+    merged = budget_long.with_long_seeds(finals, long_stages, 8000)
+    assert merged["vanilla"][1] is finals["vanilla"][1]  # a committed seed is not replaced
+    new = merged["vanilla"][3]
+    assert new["test"]["bleu"] == 30.0 and new["average_valid_loss"] == 5.45
+    assert new["test"]["hypotheses"] == "long/hyps/vanilla_s3_u8000_avg.en"
+    assert (new["N"], new["updates"]) == (3, 8000)
+    # reproduction: same valid loss and byte-identical hypotheses
+    (tmp_path / "long" / "hyps").mkdir(parents=True)
+    (tmp_path / "hyps").mkdir()
+    for where in ("long/hyps", "hyps"):
+        (tmp_path / where / "vanilla_s1_u8000.en").write_text("a b\n")
+    long_ms = long_stages["vanilla"][1]
+    short = {8000: milestone("vanilla", 1, 8000, losses)}
+    assert budget_long.reproduction(long_ms, short, str(tmp_path)) == "8,000: identical"
+    (tmp_path / "hyps" / "vanilla_s1_u8000.en").write_text("a c\n")
+    assert budget_long.reproduction(long_ms, short, str(tmp_path)) == (
+        "8,000: valid loss 5.5 vs 5.5, hypotheses differ")
+    assert budget_long.reproduction(long_ms, None, str(tmp_path)) == "new seed"
