@@ -151,7 +151,12 @@ def test_render_from_the_written_files(finished, corpus):
     text = open(paths["tables"]).read()
     p1 = r1["test"]["perplexity"]
     row = next(l for l in text.splitlines() if l.startswith("| Vanilla, 3 layers"))
-    assert f"| {p1 + 1:.2f} ± {math.sqrt(2):.2f} ({p1:.2f}, {p1 + 2:.2f}) |" in row
+    # mean ± sd [95% t interval over the two seeds: half-width t(1) * sd / sqrt(2)] (per seed)
+    from fairseq_shared.experiments.statistics import t_quantile
+
+    half = t_quantile(1)
+    assert (f"| {p1 + 1:.2f} ± {math.sqrt(2):.2f} [{p1 + 1 - half:.2f}, {p1 + 1 + half:.2f}] "
+            f"({p1:.2f}, {p1 + 2:.2f}) |") in row
     assert f"| {r1['params']:,} | 2 | 5 |" in row
     base = json.loads((open(os.path.join(results, "baselines.json")).read()))
     kn5 = base["models"]["kn5"]["test"]["perplexity"]
