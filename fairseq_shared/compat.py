@@ -52,14 +52,21 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    ``checkpoint_last.pt`` beside an intact interval or epoch checkpoint, and every later
    resume dies on it. When fairseq-train would restore ``checkpoint_last.pt`` (the default
    ``--restore-file``) and it does not load, it restores the newest ``checkpoint*.pt`` of the
-   save directory that does, and says so in the log. An explicit ``--restore-file`` is never
-   replaced (its error names it).
+   save directory that does, and says so in the log; also when ``checkpoint_last.pt`` is
+   missing (a full disk stopped its copy) beside other checkpoints. An explicit
+   ``--restore-file`` is never replaced (its error names it).
 
 8. :func:`report_checkpoint_errors_in_one_line` -- fairseq's own commands (fairseq-generate,
    fairseq-train, ...) are not this package's mains, so a ``CheckpointError`` of 6. or 7. left
    them with a traceback above its message. An uncaught ``CheckpointError`` alone is printed as
    one line, ``TOOL: error: MESSAGE``, exit status 1; ``FAIRSEQ_SHARED_DEBUG=1`` keeps the
    traceback. Every other exception is Python's as before.
+
+9. :func:`copy_checkpoints_atomically` -- fairseq-train copies the first file of a save to
+   the others (``checkpoint_best.pt``, ``checkpoint_last.pt``) with ``PathManager.copy``,
+   in place: a full disk leaves a torn ``checkpoint_best.pt``. For local files the copy goes
+   through :func:`fairseq_shared.checkpoint_io.atomic_write` instead (the old file or the
+   new one; a failure is one line naming the file and the cause).
 """
 
 import argparse
@@ -467,7 +474,17 @@ def resume_past_torn_checkpoints() -> None:
 
         suffix = getattr(trainer, "checkpoint_suffix", "") or ""
         last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
-        if cfg.restore_file != "checkpoint_last.pt" or not os.path.isfile(last):
+        if cfg.restore_file != "checkpoint_last.pt":
+            return original(cfg, trainer, **passthrough_args)
+        if not os.path.lexists(last):
+            fallback = (None if getattr(cfg, "finetune_from_model", None) else
+                        checkpoint_io.newest_intact(cfg.save_dir, suffix=suffix))
+            if fallback is not None:
+                logger.warning(f"{last} is missing; resuming from {fallback} instead, the "
+                               f"newest checkpoint in {cfg.save_dir} that loads")
+                return original(_restoring(cfg, fallback), trainer, **passthrough_args)
+            return original(cfg, trainer, **passthrough_args)
+        if not os.path.isfile(last):
             return original(cfg, trainer, **passthrough_args)
         try:
             checkpoint_io.check_readable(last)
@@ -523,6 +540,42 @@ def report_checkpoint_errors_in_one_line() -> None:
     sys.excepthook = excepthook
 
 
+# ---------------------------------------------------------------------------------------
+# 9. fairseq-train's copies of a checkpoint are atomic
+# ---------------------------------------------------------------------------------------
+
+
+class _AtomicCopies:
+    """fairseq's ``PathManager`` with ``copy`` of local files through ``atomic_write``."""
+
+    def __init__(self, path_manager):
+        self._path_manager = path_manager
+
+    def copy(self, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        import shutil
+
+        from fairseq_shared import checkpoint_io
+
+        if "://" in str(src_path) or "://" in str(dst_path):
+            return self._path_manager.copy(src_path, dst_path, overwrite)
+        if not overwrite and os.path.exists(dst_path):
+            return False
+        with open(src_path, "rb") as source:
+            checkpoint_io.atomic_write(dst_path, lambda f: shutil.copyfileobj(source, f))
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self._path_manager, name)
+
+
+def copy_checkpoints_atomically() -> None:
+    """Give ``fairseq.checkpoint_utils`` the ``PathManager`` of 9. Idempotent."""
+    from fairseq import checkpoint_utils
+
+    if not isinstance(checkpoint_utils.PathManager, _AtomicCopies):
+        checkpoint_utils.PathManager = _AtomicCopies(checkpoint_utils.PathManager)
+
+
 allow_fairseq_checkpoint_globals()
 patch_cpu_distributed_training()
 allow_distributed_checkpoint_broadcast()
@@ -531,3 +584,4 @@ keep_last_partial_batch_in_generate()
 explain_bad_checkpoint_files()
 resume_past_torn_checkpoints()
 report_checkpoint_errors_in_one_line()
+copy_checkpoints_atomically()

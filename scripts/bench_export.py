@@ -105,7 +105,9 @@ def bench(args) -> Dict:
                         sentences=args.verify_sentences, beam=args.beam, lenpen=args.lenpen,
                         max_len_a=args.max_len_a, max_len_b=args.max_len_b)
         if not report["ok"]:
-            raise SystemExit(f"{path}: export verification failed; see {out}/export.json")
+            from fairseq_shared.export.api import summary
+
+            raise SystemExit(f"{path}: export verification failed:\n{summary(report)}")
         models[name] = {"checkpoint": path, "export": report}
     sessions = {}
     engines = []  # (batch size, model, engine, runner)

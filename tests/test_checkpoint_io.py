@@ -268,3 +268,73 @@ def test_no_tool_overwrites_its_input(files, tmp_path, capsys):
         _unchanged(x, before)
         _unchanged(b, before)
     assert sorted(os.listdir(tmp_path)) == ["X.pt", "b.pt", "hyp.X.txt", "sharing.json"]
+
+
+# ---- corrupt files, weights that are not finite, full disks (issue 38, items 2 and 3) -----------
+
+
+def _flipped(source, path):
+    """``source`` with one byte of its tensor data changed: the zip directory still reads."""
+    data = bytearray(source.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_flipped_byte_is_caught_by_the_zip_crc(files, tmp_path, capsys):
+    bad = _flipped(files["good"], tmp_path / "flipped.pt")
+    with pytest.raises(CheckpointError, match=rf"{bad}: the checkpoint file is corrupt: the CRC "
+                       "of its member .* does not match"):
+        checkpoint_io.load_raw(str(bad))
+    assert not checkpoint_io.intact(str(bad)) and checkpoint_io.intact(str(files["good"]))
+    for main, argv in (
+            (convert_sharing.main, [str(bad), str(tmp_path / "o.pt"),
+                                    "--decoder-share-strategy", "universal"]),
+            (average_checkpoints.main, ["--inputs", str(bad), str(files["good"]),
+                                        "--output", str(tmp_path / "o.pt")])):
+        assert f"error: {bad}: the checkpoint file is corrupt: the CRC" in _fails(main, argv, capsys)
+    assert not (tmp_path / "o.pt").exists()
+
+
+def test_weights_that_are_not_finite_are_never_written(files, tmp_path, capsys):
+    with pytest.raises(CheckpointError, match=r"o\.pt: not written: w holds 1 non-finite"):
+        checkpoint_io.save({"model": {"w": torch.tensor([1.0, float("inf")])}},
+                           str(tmp_path / "o.pt"))
+    state = torch.load(files["good"], weights_only=False)
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name].view(-1)[0] = float("nan")  # a diverged model, its CRCs whole
+    torch.save(state, tmp_path / "huge.pt")
+    line = _fails(average_checkpoints.main, ["--inputs", str(tmp_path / "huge.pt"),
+                                             str(tmp_path / "huge.pt"), "--output",
+                                             str(tmp_path / "o.pt")], capsys)
+    assert f"o.pt: not written: {name} holds" in line and "non-finite" in line
+    assert sorted(os.listdir(tmp_path)) == ["huge.pt"]
+
+
+def test_a_full_disk_leaves_the_old_file_and_names_path_and_cause(files, tmp_path, monkeypatch,
+                                                                   capsys):
+    import errno
+
+    out = tmp_path / "o.pt"
+    checkpoint_io.save({"model": {"w": torch.ones(2)}}, str(out))
+    before = out.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(CheckpointError, match=rf"{out}: cannot write it: No space left on device "
+                       r"\(ENOSPC\); nothing was replaced"):
+        checkpoint_io.save({"model": {"w": torch.zeros(2)}}, str(out))
+    line = _fails(convert_sharing.main, [str(files["good"]), str(out),
+                                         "--decoder-share-strategy", "universal"], capsys)
+    assert f"{out}: cannot write it: No space left on device (ENOSPC)" in line
+    assert out.read_bytes() == before and os.listdir(tmp_path) == ["o.pt"]
+
+
+def test_a_symlink_is_replaced_never_written_through(tmp_path):
+    other = tmp_path / "other.pt"
+    other.write_bytes(b"keep")
+    os.symlink(other, tmp_path / "o.pt")
+    checkpoint_io.save({"model": {"w": torch.ones(1)}}, str(tmp_path / "o.pt"))
+    assert other.read_bytes() == b"keep" and not (tmp_path / "o.pt").is_symlink()

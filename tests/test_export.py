@@ -1,6 +1,7 @@
 """Export to a plain fairseq transformer and to CTranslate2 (issue 10, item 1)."""
 
 import json
+import os
 import re
 
 import pytest
@@ -268,3 +269,129 @@ def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_f
         assert r["tok_s_b1"] > 0 and r["tok_s_b3"] > 0
         assert 0 < r["rss_model_mb"] < r["peak_rss_mb"]
         assert f"| {r['model']} | {r['engine']} | {r['bleu']:.2f} |" in text
+
+
+# ---- the export owns its directory (issue 38, item 1) -------------------------------------------
+
+
+def _export_cli(*argv):
+    from fairseq_shared.cli.export import main
+
+    return main([str(a) for a in argv])
+
+
+def _hashes_match(out):
+    from fairseq_shared.export.directory import file_hashes
+
+    report = json.loads((out / "export.json").read_text())
+    assert report["ok"] and report["sha256"] == file_hashes(str(out))
+    assert report["plain_checkpoint"] == str(out / "checkpoint.pt")
+    return report
+
+
+def _nothing_beside(out):
+    """No staging or moved-aside directory of an export is left beside ``out``."""
+    return [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.export-")
+            and not p.name.endswith("export-lock")] == []
+
+
+def test_links_inside_out_are_caught_or_replaced_never_written_through(exported, tmp_path,
+                                                                        tmp_path_factory, capsys):
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    x = tmp_path / "x.pt"
+    x.write_bytes(checkpoint.read_bytes())
+    out = tmp_path / "d"
+    assert _export_cli(x, "--out", out, "--sentences", "0", "--data", data) == 0
+    _hashes_match(out)
+    (out / "checkpoint.pt").unlink()
+    os.link(x, out / "checkpoint.pt")  # a hard link to the input
+    before = x.read_bytes()
+    assert _export_cli(x, "--out", out, "--sentences", "0", "--data", data) == 2
+    assert (f"'{out / 'checkpoint.pt'}' is the same file as (a hard link) the input CHECKPOINT"
+            in capsys.readouterr().err)
+    assert x.read_bytes() == before
+    other = tmp_path / "other.pt"
+    other.write_bytes(b"not the export's")
+    (out / "checkpoint.pt").unlink()
+    os.symlink(other, out / "checkpoint.pt")
+    assert _export_cli(x, "--out", out, "--sentences", "0", "--data", data) == 0
+    assert other.read_bytes() == b"not the export's"
+    assert not (out / "checkpoint.pt").is_symlink()
+    _hashes_match(out)
+    assert _nothing_beside(out)
+
+
+def test_out_holding_anything_but_an_export_is_refused_and_leftovers_go(
+        exported, tmp_path, tmp_path_factory, capsys):
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "runs").mkdir()
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"export: error: --out {out}: holds notes.txt, runs/, not an earlier export "
+                   "(no export.json); choose another --out, or pass --force to replace it whole")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data,
+                       "--force") == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint.pt", "dict.src.txt", "dict.tgt.txt", "export.json"]
+    (out / "ct2").mkdir()  # as an earlier export --ct2 left it
+    (out / "ct2" / "model.bin").write_bytes(b"A's model")
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
+    assert not (out / "ct2").exists()  # replaced whole: nothing of the earlier export stays
+    _hashes_match(out)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert _export_cli(checkpoint, "--out", afile, "--sentences", "0") == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+
+
+def test_a_concurrent_export_refuses_and_an_interrupted_one_leaves_the_previous(
+        exported, tmp_path, tmp_path_factory, capsys, monkeypatch):
+    import errno
+
+    from fairseq_shared.export import api, directory
+
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    out = tmp_path / "d"
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
+    previous = _hashes_match(out)
+    with directory.locked(str(out)):  # another export holds it
+        assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+    assert "another export into it is running" in capsys.readouterr().err
+    (tmp_path / ".d.export-staging-killed").mkdir()  # a SIGKILLed export's staging directory
+
+    def interrupted(*args, **kwargs):  # Ctrl-C right after checkpoint.pt is written
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(api, "load_plain", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            api.export(str(checkpoint), str(out), data=str(data), sentences=0)
+    assert _hashes_match(out) == previous and _nothing_beside(out)
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", full)
+        assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("export: error: ") and "No space left on device (ENOSPC)" in err
+    assert "\n" not in err and "Traceback" not in err
+    assert _hashes_match(out) == previous and _nothing_beside(out)
+
+
+def test_a_failed_check_moves_nothing_into_place(weak_model, tmp_path, monkeypatch):
+    from fairseq_shared.export import api
+
+    checkpoint, data = weak_model
+    out = tmp_path / "d"
+    monkeypatch.setattr(api, "_passed", lambda report: False)
+    report = export(str(checkpoint), str(out), data=str(data), sentences=2)
+    assert not report["ok"] and not out.exists() and _nothing_beside(out)

@@ -37,20 +37,24 @@ def _model(path):
     return torch.load(path, weights_only=True)["model"]
 
 
-@pytest.mark.parametrize("torn", ["empty", "half"])
+@pytest.mark.parametrize("torn", ["empty", "half", "missing"])
 def test_a_torn_checkpoint_last_resumes_from_the_newest_whole_one(uninterrupted, torn, tmp_path):
     """As a kill during fairseq's copy to checkpoint_last.pt leaves it: the interval
-    checkpoint whole, checkpoint_last.pt empty or cut short. The resume restores the
-    interval checkpoint, says so, and ends where the uninterrupted run ended."""
+    checkpoint whole, checkpoint_last.pt empty or cut short; or, as a full disk leaves it
+    (issue 38), missing. The resume restores the interval checkpoint, says so, and ends where
+    the uninterrupted run ended."""
     data, done, log = uninterrupted
     interval = tmp_path / f"checkpoint_1_{INTERVAL}.pt"
     shutil.copy(done / interval.name, interval)
     whole = interval.read_bytes()
-    (tmp_path / "checkpoint_last.pt").write_bytes(b"" if torn == "empty" else
-                                                  whole[: len(whole) // 2])
+    if torn != "missing":
+        (tmp_path / "checkpoint_last.pt").write_bytes(b"" if torn == "empty" else
+                                                      whole[: len(whole) // 2])
     _, resumed = _train(data, tmp_path)
-    assert re.search(r"checkpoint_last\.pt: the checkpoint file is (empty|truncated).*resuming "
-                     rf"from {re.escape(str(interval))} instead", resumed)
+    problem = (" is missing" if torn == "missing" else
+               ": the checkpoint file is (empty|truncated).*")
+    assert re.search(rf"checkpoint_last\.pt{problem}; resuming from {re.escape(str(interval))} "
+                     "instead", resumed)
     assert re.search(rf"[Ll]oaded checkpoint {re.escape(str(interval))} .*@ {INTERVAL} updates",
                      resumed)
     assert re.search(rf"num_updates {TOTAL}\b", resumed)
@@ -73,6 +77,37 @@ def test_nothing_to_fall_back_to_and_an_explicit_restore_file_are_errors(uninter
                          "--restore-file", tmp_path / "checkpoint_last.pt", check=False)
     assert code != 0 and f"{tmp_path / 'checkpoint_last.pt'}: the checkpoint file is empty" in log
     assert "resuming from" not in log
+
+
+def test_a_failed_copy_leaves_no_torn_checkpoint_best(tmp_path, monkeypatch):
+    """fairseq-train copies its first file of a save to checkpoint_best.pt and
+    checkpoint_last.pt; with the plug-in, a full disk during that copy leaves the previous
+    file whole and raises one line naming it and the cause (issue 38, item 3)."""
+    import errno
+    import os
+
+    import fairseq_shared  # noqa: F401  (compat)
+    from fairseq import checkpoint_utils
+
+    from fairseq_shared.checkpoint_io import CheckpointError
+
+    first, best = tmp_path / "checkpoint_1_5.pt", tmp_path / "checkpoint_best.pt"
+    first.write_bytes(b"new " * 1000)
+    best.write_bytes(b"old best")
+    assert checkpoint_utils.PathManager.copy(str(first), str(tmp_path / "last.pt"), True)
+    assert (tmp_path / "last.pt").read_bytes() == first.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(CheckpointError, match=rf"{best}: cannot write it: No space left on "
+                       r"device \(ENOSPC\)"):
+        checkpoint_utils.PathManager.copy(str(first), str(best), overwrite=True)
+    assert best.read_bytes() == b"old best"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint_1_5.pt", "checkpoint_best.pt", "last.pt"]
+    assert checkpoint_utils.PathManager.isfile(str(best))  # the rest is fairseq's PathManager
 
 
 def test_fairseq_generate_names_a_bad_checkpoint(uninterrupted, tmp_path):

@@ -15,7 +15,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", help="a fairseq-shared checkpoint (shared_transformer, not "
                    "a SAN model, or shared_transformer_lm)")
-    p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/")
+    p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/ "
+                   "(written beside it, moved into place once verified; it may hold only an "
+                   "earlier export)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out whole even if it holds something else than an export")
     p.add_argument("--ct2", action="store_true", help="also write a CTranslate2 model (float32)")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="with --ct2: also a quantized CTranslate2 model in DIR/ct2_<type>")
@@ -36,7 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-len-b", type=int, default=200, help=translation + "max_len_b")
     args = p.parse_args(argv)
 
-    from fairseq_shared.checkpoint_io import CheckpointError
+    from fairseq_shared.checkpoint_io import CheckpointError, write_failure
     from fairseq_shared.export.api import export, summary
     from fairseq_shared.export.plain import ExportError
 
@@ -45,9 +49,15 @@ def main(argv=None) -> int:
             args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization, hf=args.hf,
             data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
             lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+            force=args.force,
         )
     except (ExportError, CheckpointError) as e:
         print(f"export: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full or read-only disk: nothing was moved into --out
+        where = e.filename or args.out
+        print(f"export: error: {where}: {write_failure(e)}; --out {args.out} is unchanged",
+              file=sys.stderr)
         return 2
     print(summary(report))
     return 0 if report["ok"] else 1

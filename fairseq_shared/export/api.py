@@ -5,7 +5,9 @@ import logging
 import os
 from typing import Dict, Optional
 
+from fairseq_shared import checkpoint_io
 from fairseq_shared.export import ct2 as ct2_lib
+from fairseq_shared.export import directory
 from fairseq_shared.export import lm as lm_lib
 from fairseq_shared.export.plain import ExportError, load_shared, plain_checkpoint, write_plain
 from fairseq_shared.export.outputs import planned_files, refuse_overwrite
@@ -84,7 +86,7 @@ def _dict_names(loaded):
 def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optional[str] = None,
            hf: bool = False, data: Optional[str] = None, subset: str = "test", sentences: int = 100,
            beam: int = 4, lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
-           threads: int = 1) -> Dict:
+           threads: int = 1, force: bool = False) -> Dict:
     """Write ``out_dir/checkpoint.pt`` (+ dictionaries) and, with ``ct2``, ``out_dir/ct2``
     (float32) and ``out_dir/ct2_<quantization>``, with ``hf`` ``out_dir/hf`` (a Hugging Face
     model, tokenizer and generation configuration: :mod:`.hf`); verify on ``sentences`` sentences of
@@ -92,10 +94,10 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     scores of both engines' beam-search hypotheses, with ``beam``, ``lenpen``,
     ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
     (:func:`fairseq_shared.export.lm.verify`). Refuses, before writing anything, an
-    ``out_dir`` that would overwrite one of its inputs. Returns the report (also
-    ``out_dir/export.json``)."""
-    from fairseq_shared.timing import select_ids
-
+    ``out_dir`` that would overwrite one of its inputs, or that holds anything but an
+    earlier export (``force``: replace it whole). Written beside ``out_dir`` and moved into
+    place only when the check passes (:mod:`.directory`). Returns the report (also
+    ``out_dir/export.json``, with the sha256 of every file it vouches for)."""
     validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2)
     ct2_names = (["ct2"] + ([f"ct2_{quantization}"] if quantization else [])) if ct2 else []
     refuse_overwrite({"the input CHECKPOINT": checkpoint},
@@ -111,6 +113,26 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
                               "stock encoder-decoder class to go to)")
         hf_lib.target_class(loaded.cfg.model, loaded.task.source_dictionary,
                             loaded.task.target_dictionary)  # refused before any writing
+    with directory.staged(out_dir, force) as staging:
+        report = _export_into(staging, checkpoint, loaded, ct2, quantization, hf, subset,
+                              sentences, beam, lenpen, max_len_a, max_len_b, threads)
+        report = _relocated(report, staging, out_dir)
+        report["ok"] = _passed(report)
+        if report["ok"]:
+            report["sha256"] = directory.file_hashes(staging)
+            checkpoint_io.atomic_write(os.path.join(staging, directory.REPORT),
+                                       lambda f: f.write(json.dumps(report, indent=1).encode()))
+            directory.publish(staging, out_dir)
+    return report
+
+
+def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization, hf: bool,
+                 subset: str, sentences: int, beam: int, lenpen: float, max_len_a: float,
+                 max_len_b: int, threads: int) -> Dict:
+    """Every file of the export written into ``out_dir`` (a staging directory), verified;
+    the report, its paths in ``out_dir``."""
+    from fairseq_shared.timing import select_ids
+
     path = write_plain(loaded, out_dir)
     report: Dict = {"checkpoint": os.path.abspath(checkpoint), "plain_checkpoint": path,
                     "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
@@ -126,11 +148,9 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
                 "max_input_length": ct2_lib.source_limit(plain_model)}
     hf_dir = None
     if hf:
-        hf_dir = os.path.join(out_dir, "hf")
-        if os.path.isdir(hf_dir):
-            import shutil
+        from fairseq_shared.export import hf as hf_lib
 
-            shutil.rmtree(hf_dir)
+        hf_dir = os.path.join(out_dir, "hf")
         generation = dict(beam=beam, lenpen=lenpen, max_len_b=max_len_b)
         target, notes = hf_lib.write(loaded, hf_dir, generation)
         report["hf"] = {"dir": hf_dir, "class": target, "tokenizer": notes,
@@ -149,12 +169,12 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
         if lm_lib.is_language_model(loaded.model):
             report["verify"] = {"subset": subset, **lm_lib.verify(
                 loaded.model, plain_model, task, dataset, ids, ct2_dirs, threads)}
-            return _finish(report, out_dir)
+            return report
         settings = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
         report["verify"] = {"subset": subset, "settings": settings,
                             **verify_translation(loaded.model, plain_model, task, dataset, ids,
                                                  settings, ct2_dirs, threads, hf_dir)}
-    return _finish(report, out_dir)
+    return report
 
 
 def verify_translation(shared_model, plain_model, task, dataset, ids, settings: Dict,
@@ -200,15 +220,24 @@ def verify_translation(shared_model, plain_model, task, dataset, ids, settings: 
     return report
 
 
-def _finish(report: Dict, out_dir: str) -> Dict:
-    """``report["ok"]`` from its required checks; the report written to ``export.json``."""
-    report["ok"] = all(
+def _passed(report: Dict) -> bool:
+    """Whether every required check of ``report`` passed."""
+    return all(
         v.get("ok", True) or v.get("required") is False
         for v in report.get("verify", {}).values() if isinstance(v, dict) and "ok" in v
     )
-    with open(os.path.join(out_dir, "export.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    return report
+
+
+def _relocated(value, staging: str, out_dir: str):
+    """``value`` (the report) with the staging directory's paths as they will be in
+    ``out_dir``."""
+    if isinstance(value, dict):
+        return {k: _relocated(v, staging, out_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relocated(v, staging, out_dir) for v in value]
+    if isinstance(value, str) and (value == staging or value.startswith(staging + os.sep)):
+        return out_dir + value[len(staging):]
+    return value
 
 
 def summary(report: Dict) -> str:
@@ -235,5 +264,6 @@ def summary(report: Dict) -> str:
             lines.append(translation_line(key, value))
         elif isinstance(value, dict) and "max_abs_diff" in value:
             lines.append(lm_lib.summary_line(key, value))
-    lines.append("export OK" if report["ok"] else "export FAILED verification")
+    lines.append("export OK" if report["ok"] else "export FAILED verification; nothing was "
+                 "written to --out (an earlier export there is kept)")
     return "\n".join(lines)

@@ -26,6 +26,8 @@ from typing import Dict, Optional
 
 import torch
 
+from fairseq_shared import checkpoint_io
+
 from fairseq_shared.models import architectures, shared_lm
 from fairseq_shared.models.config import flag_names
 from fairseq_shared.sharing.assignment import describe
@@ -167,7 +169,7 @@ def write_plain(loaded: Loaded, out_dir: str, name: str = "checkpoint.pt") -> st
     """Write the plain checkpoint and the dictionaries into ``out_dir``; return its path."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, name)
-    torch.save(plain_checkpoint(loaded, out_dir), path)
+    checkpoint_io.save(plain_checkpoint(loaded, out_dir), path)  # refuses non-finite weights
     unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     if unsafe:  # a guarantee, not a hope: stock weights-only loading must accept it
         raise ExportError(f"{path}: the export pickled non-plain types {unsafe}")
