@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fairseq_shared.data import audit, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +97,28 @@ def test_audit_command_report_and_exit_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fairseq_shared.data.audit", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "missing train.es, train.en" in proc.stderr
+
+
+def test_contamination_gate_fails_without_a_test_split(tmp_path, capsys):
+    from fairseq_shared.cli import audit as command
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, pairs in (("train", TRAIN), ("valid", HELD[2:])):
+        pipeline.write_lines(raw / f"{split}.es", (s for s, _ in pairs))
+        pipeline.write_lines(raw / f"{split}.en", (t for _, t in pairs))
+    # the gate was asked for, and there is nothing to gate: fail, and say what was missing
+    assert command.main([str(raw), "--max-contamination", "0.01"]) == 1
+    err = capsys.readouterr().err
+    assert "--max-contamination: no test split" in err and "test.es" in err
+    # without the gate, a missing test split is a stated row, not a failure
+    assert command.main([str(raw)]) == 0
+    assert "absent" in (tmp_path / "audit.md").read_text()
+    # a gate the splits leave out, or a share outside [0, 1], is a usage error naming the flag
+    for bad in (["--splits", "valid", "--max-contamination", "0.01"], ["--max-contamination", "5"]):
+        with pytest.raises(SystemExit) as stop:
+            command.main([str(raw)] + bad)
+        assert stop.value.code == 2 and "--max-contamination" in capsys.readouterr().err
 
 
 def test_heldout_baseline_on_decoded_ids_and_score_without(tmp_path):

@@ -30,6 +30,12 @@ def main(argv=None):
                 f"{{train,valid,test}}.{{{args.src},{args.tgt}}}; see --src/--tgt)")
     if args.k < 1:
         p.error(f"-k must be >= 1, got {args.k}")
+    if args.max_contamination is not None:
+        if not 0 <= args.max_contamination <= 1:
+            p.error(f"--max-contamination must be a fraction in [0, 1], got {args.max_contamination}")
+        if "test" not in args.splits:
+            p.error(f"--max-contamination gates the test split, which --splits {' '.join(args.splits)} "
+                    "leaves out")
     try:
         report = library.audit_corpus(raw, args.src, args.tgt, args.splits, args.k)
     except library.AuditError as e:
@@ -38,7 +44,11 @@ def main(argv=None):
     paths = library.write_report(report, args.out or raw.parent)
     print(library.render_markdown(report).split("\n## ")[0])
     print(f"wrote {paths['md']} and {paths['json']}")
-    if args.max_contamination is not None and "test" in report["splits"]:
+    if args.max_contamination is not None and "test" not in report["splits"]:
+        print(f"error: --max-contamination: no test split to check in {raw} "
+              f"({', '.join(report['absent'].get('test', ['test files']))} absent)", file=sys.stderr)
+        return 1
+    if args.max_contamination is not None:
         share = library.test_contamination(report)
         if share > args.max_contamination:
             print(f"error: test near-duplicate share {100 * share:.2f}% (chrF >= "
