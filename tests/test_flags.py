@@ -83,7 +83,9 @@ BAD_SET_VALUES = [
     ("dropout=1", "allowed: a probability in [0, 1)"),
     ("dropout=-0.1", "allowed: a probability in [0, 1)"),
     ("dropout=nan", "allowed: a probability in [0, 1)"),
-    ("lr=0", "allowed: a number > 0"),
+    ("lr=0", "allowed: a number in (0, 1]"),
+    ("lr=1e6", "allowed: a number in (0, 1]"),
+    ("warmup_updates=0", "allowed: an integer >= 1"),
     ("no_such_key=1", "expected KEY=VALUE with KEY one of"),
 ]
 MT_ONLY_BAD_SET_VALUES = [
@@ -94,6 +96,13 @@ MT_ONLY_BAD_SET_VALUES = [
     ("normalize_before=yes", "allowed: true or false"),
     ("heads=3", "heads=3 does not divide dim=16"),
 ]
+
+
+def test_a_generation_length_of_zero_is_refused_before_training():
+    with pytest.raises(SystemExit) as e:
+        _load_mt(["max_len_a=0", "max_len_b=0"])
+    assert str(e.value) == ("--set max_len_b=0: max_len_a=0 and max_len_b=0 allow no target token; "
+                            "allowed: max_len_a > 0 or max_len_b >= 1")
 
 
 @pytest.mark.parametrize("load,item,needle", [

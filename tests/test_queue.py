@@ -168,6 +168,19 @@ def test_a_failed_item_is_recorded_and_the_worker_goes_on(tmp_path):
     assert not queue.failure_path(ctx.work, "b_s1").exists()
 
 
+def test_a_worker_whose_item_failed_exits_non_zero(tmp_path, capsys):
+    cmd = queue_cli.Command(_suite([], fail={"b"}), "doc", results=str(tmp_path / "r"),
+                            work=str(tmp_path / "w"), budget="tiny",
+                            items=lambda args: [queue.Item("a", 1), queue.Item("b", 1)],
+                            render=lambda args: "")
+    assert queue_cli.main(cmd, ["run", "--data", "corpus-dir"]) == 1
+    err = capsys.readouterr().err
+    assert "1 item(s) failed: b_s1" in err and str(queue.failure_path(str(tmp_path / "w"), "b_s1")) in err
+    # once the item succeeds, the queue is whole again and the worker exits 0
+    cmd.suite = _suite([])
+    assert queue_cli.main(cmd, ["run", "--data", "corpus-dir"]) == 0
+
+
 def test_a_worker_returns_to_an_item_once_its_holder_is_gone(tmp_path):
     work = str(tmp_path / "w")
     holder = _holder(work, "a_s1")

@@ -201,14 +201,16 @@ _BUDGET_RULES = {
         "beam", "batch_size", "repeats", "log_interval", "tokens_per_sample",
         "eval_max_tokens")},
     **{k: (lambda v: _count(v, 0), "an integer >= 0") for k in (
-        "warmup_updates", "warmup_passes", "seed", "max_len_b")},
+        "warmup_passes", "seed", "max_len_b")},
+    # inverse_sqrt divides by the warm-up; an Adam step of 1 or more diverges at once
+    "warmup_updates": (_count, "an integer >= 1"),
     "save_interval_updates": (lambda v: _count(v, 0), "an integer >= 0 (0: none)"),
     "keep_interval_updates": (lambda v: _count(v, -1), "an integer >= -1 (-1: keep all)"),
     **{k: (lambda v: v is None or _count(v), "an integer >= 1, or none (all)")
        for k in ("subset", "warmup_batches")},
     "max_minutes": (lambda v: v is None or (_number(v) and v > 0), "a number > 0, or none"),
     "dropout": (lambda v: _number(v) and 0 <= v < 1, "a probability in [0, 1)"),
-    "lr": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "lr": (lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
     "max_len_a": (lambda v: _number(v) and v >= 0, "a number >= 0"),
     "lenpen": (_number, "a finite number"),
     "device": (lambda v: v in ("cpu", "cuda"), "cpu or cuda"),
@@ -244,6 +246,10 @@ def check_budget(budget: Dict, origin: Optional[Dict[str, str]] = None,
         refuse("heads" if "heads" in origin else "dim",
                f"heads={budget['heads']} does not divide dim={budget['dim']}; allowed: a "
                f"divisor of dim")
+    if budget.get("max_len_a") == 0 and budget.get("max_len_b") == 0:
+        refuse("max_len_b" if "max_len_b" in origin else "max_len_a",
+               "max_len_a=0 and max_len_b=0 allow no target token; allowed: max_len_a > 0 or "
+               "max_len_b >= 1")
     return budget
 
 

@@ -317,6 +317,13 @@ def work(suite: Suite, items: Sequence[Item], ctx: Context) -> List[str]:
     return finished
 
 
+def failed_items(items: Sequence[Item], ctx: Context) -> List[Item]:
+    """The items without a result whose last run failed (their ``failed/`` record stands)."""
+    return [item for item in items
+            if not result_path(ctx.results, item.name, item.seed).exists()
+            and failure_path(ctx.work, item.id).exists()]
+
+
 def _run_one(suite: Suite, item: Item, ctx: Context) -> Optional[Dict]:
     try:
         result = suite.run(item, ctx)

@@ -8,6 +8,7 @@ extra commands), built from a :class:`Command` declaration.
 """
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -103,4 +104,10 @@ def main(cmd: Command, argv=None) -> int:
     ctx = context(cmd, args, repo)
     finished = queue.work(cmd.suite, items, ctx)
     print(f"[{cmd.suite.tag}] this worker finished: {', '.join(finished) or 'nothing'}")
+    failed = queue.failed_items(items, ctx)
+    if failed:
+        print(f"[{cmd.suite.tag}] error: {len(failed)} item(s) failed: "
+              + "; ".join(f"{i.id} ({queue.failure_path(ctx.work, i.id)})" for i in failed),
+              file=sys.stderr)
+        return 1
     return 0
