@@ -32,6 +32,8 @@ import zipfile
 import zlib
 from typing import Iterable, Optional, Sequence
 
+from fairseq_shared.errors import FairseqSharedError
+
 #: Environment variable that keeps the underlying exception (and tracebacks) visible.
 DEBUG_ENV = "FAIRSEQ_SHARED_DEBUG"
 
@@ -44,7 +46,7 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(FairseqSharedError):
     """A checkpoint file cannot be used; the message names the file and says why."""
 
 

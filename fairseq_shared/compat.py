@@ -57,9 +57,10 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    ``--restore-file`` is never replaced (its error names it).
 
 8. :func:`report_checkpoint_errors_in_one_line` -- fairseq's own commands (fairseq-generate,
-   fairseq-train, ...) are not this package's mains, so a ``CheckpointError`` of 6. or 7. left
-   them with a traceback above its message. An uncaught ``CheckpointError`` alone is printed as
-   one line, ``TOOL: error: MESSAGE``, exit status 1; ``FAIRSEQ_SHARED_DEBUG=1`` keeps the
+   fairseq-train, ...) are not this package's mains, so a ``CheckpointError`` of 6. or 7., or a
+   bad sharing or SAN flag (``--encoder-share-strategy cyclic``), left them with a traceback
+   above its message. An uncaught :class:`fairseq_shared.errors.FairseqSharedError` alone is
+   printed as one line, ``TOOL: error: MESSAGE``, exit status 1; ``FAIRSEQ_SHARED_DEBUG=1`` keeps the
    traceback. Every other exception is Python's as before.
 
 9. :func:`copy_checkpoints_atomically` -- fairseq-train copies the first file of a save to
@@ -514,7 +515,7 @@ def resume_past_torn_checkpoints() -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# 8. fairseq's own commands report a bad checkpoint file in one line
+# 8. fairseq's own commands report the plug-in's errors in one line
 # ---------------------------------------------------------------------------------------
 
 
@@ -527,9 +528,10 @@ def report_checkpoint_errors_in_one_line() -> None:
         return
 
     def excepthook(kind, error, traceback):
-        from fairseq_shared.checkpoint_io import CheckpointError, debug_enabled
+        from fairseq_shared.checkpoint_io import debug_enabled
+        from fairseq_shared.errors import FairseqSharedError
 
-        if issubclass(kind, CheckpointError) and not debug_enabled():
+        if issubclass(kind, FairseqSharedError) and not debug_enabled():
             tool = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
             print(f"{tool}: error: {' '.join(str(error).split())} "
                   f"(FAIRSEQ_SHARED_DEBUG=1 shows the traceback)", file=sys.stderr)

@@ -180,3 +180,46 @@ def test_both_parsers_read_the_same_lists():
 def test_a_typo_in_a_san_policy_stops_the_model_build():
     with pytest.raises(PolicyError, match="--san-self-policy: '1,,5' is not a list of integers"):
         build_model("transformer_san", TINY + ["--decoder-layers", "6", "--san-self-policy", "1,,5"])
+
+
+# ---- fairseq's own commands: the plug-in's flag errors in one line (issue 38, item 4) -------
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,flags,needle", [
+    ("transformer_cycle_rev", ["--encoder-share-strategy", "cyclic"],
+     "--encoder-share-strategy: unknown strategy 'cyclic'; allowed: none, sequence, cycle"),
+    ("transformer_san", ["--san-self-policy", "1,,5"],
+     "--san-self-policy: '1,,5' is not a list of integers"),
+])
+def test_fairseq_train_prints_a_bad_plugin_flag_in_one_line(arch, flags, needle, tmp_path_factory):
+    from helpers_data import ENV, TINY_TRAIN, USER_DIR, data_bin, run_tool
+
+    data = data_bin(tmp_path_factory)
+    argv = [data, "--user-dir", USER_DIR, "--arch", arch, *TINY_TRAIN, "--max-update", "1",
+            "--save-dir", tmp_path_factory.mktemp("unused"), *flags]
+    code, out = run_tool("fairseq-train", *argv, check=False)
+    assert code == 1 and "Traceback" not in out
+    assert f"fairseq-train: error: {needle}" in out
+    code, out = run_tool("fairseq-train", *argv, check=False, env={**ENV, "FAIRSEQ_SHARED_DEBUG": "1"})
+    assert code != 0 and "Traceback" in out and needle in out
+
+
+def test_every_plugin_input_error_is_one_line_under_fairseq():
+    """The excepthook prints every error of this base in one line; these are its kinds."""
+    from fairseq_shared.checkpoint_io import CheckpointError
+    from fairseq_shared.errors import FairseqSharedError
+    from fairseq_shared.export.plain import ExportError
+    from fairseq_shared.sharing.assignment import SharingMismatchError
+
+    for kind in (CheckpointError, ExportError, PolicyError, SharingConfigError, SharingMismatchError):
+        assert issubclass(kind, FairseqSharedError)
+
+
+def test_count_params_names_an_unknown_architecture_and_lists_the_known(capsys):
+    from fairseq_shared.cli.count_params import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["transformer", "nosuch_arch"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert "unknown architecture nosuch_arch; allowed: any fairseq architecture" in err
+    assert "transformer_cycle_rev" in err and "transformer_san" in err

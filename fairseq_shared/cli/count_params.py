@@ -86,9 +86,12 @@ def main(argv=None):
         parser.error(f"--lora-rank: '{args.lora_rank}' is not a rank; allowed: an integer >= 0")
     relax = (args.lora_rank, args.untie_norms, args.untie_biases)
     logging.disable(logging.INFO)
-    archs = args.archs or ["transformer"] + [
-        a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_shared")
-    ]
+    ours = [a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_shared")]
+    unknown = [a for a in args.archs if a not in ARCH_MODEL_REGISTRY]
+    if unknown:
+        parser.error(f"unknown architecture {', '.join(unknown)}; allowed: any fairseq "
+                     f"architecture, e.g. transformer, or this package's: {', '.join(sorted(ours))}")
+    archs = args.archs or ["transformer"] + ours
     relaxed_header = f" relaxed{describe_relaxation(*relax)} | added |" if any(relax) else ""
     print(f"| architecture | layers (enc+dec) | parameters (joint vocab {args.vocab}) |"
           + relaxed_header)

@@ -27,6 +27,7 @@ from typing import Dict, Optional
 import torch
 
 from fairseq_shared import checkpoint_io
+from fairseq_shared.errors import FairseqSharedError
 
 from fairseq_shared.models import architectures, shared_lm
 from fairseq_shared.models.config import flag_names
@@ -37,7 +38,7 @@ from fairseq_shared.tools.checkpoints import Loaded, Takes, open_checkpoint, wit
 logger = logging.getLogger(__name__)
 
 
-class ExportError(ValueError):
+class ExportError(FairseqSharedError):
     """The checkpoint cannot be exported; the message says why."""
 
 

@@ -23,6 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from fairseq_shared.errors import FairseqSharedError
 from fairseq_shared.sharing.assignment import comma_separated_ints
 
 FLAGS = {
@@ -32,7 +33,7 @@ FLAGS = {
 }
 
 
-class PolicyError(ValueError):
+class PolicyError(FairseqSharedError):
     """An invalid SAN policy; the message names the flag and the allowed values."""
 
 

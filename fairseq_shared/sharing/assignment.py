@@ -18,6 +18,8 @@ import math
 import re
 from typing import List, Optional, Sequence
 
+from fairseq_shared.errors import FairseqSharedError
+
 STRATEGIES = ("none", "sequence", "cycle", "cycle_rev", "universal")
 #: The named strategies that need M (``--{stack}-unique-layers``); none and universal fix it.
 M_STRATEGIES = ("sequence", "cycle", "cycle_rev")
@@ -34,11 +36,11 @@ _SCOPE_PREFIXES = {
 }
 
 
-class SharingConfigError(ValueError):
+class SharingConfigError(FairseqSharedError):
     """An invalid sharing flag; the message names the flag and the allowed values."""
 
 
-class SharingMismatchError(ValueError):
+class SharingMismatchError(FairseqSharedError):
     """A state saved under one sharing configuration cannot be loaded exactly into another;
     the message names both configurations."""
 
