@@ -166,8 +166,6 @@ def load_raw(path: str) -> dict:
     """The checkpoint dict as stored (``torch.load``, weights only), e.g. to average it."""
     import torch
 
-    from fairseq_shared import compat  # noqa: F401  (the checkpoint types safe loading allows)
-
     state = read(path, lambda p: torch.load(p, map_location="cpu", weights_only=True))
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise _error(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
@@ -215,8 +213,7 @@ def load(path: str, expect: Optional[str] = None, data: Optional[str] = None,
          tool: str = "this tool", overrides: Optional[dict] = None) -> dict:
     """fairseq's ``load_checkpoint_to_cpu(path, overrides)`` (``cfg`` an omegaconf config;
     ``data`` overrides its data directory), checked to be an ``expect`` checkpoint."""
-    import fairseq_shared  # noqa: F401  (compat: safe loading of fairseq's types)
-    from fairseq import checkpoint_utils
+    from fairseq import checkpoint_utils  # the package's import already ran compat
 
     overrides = {**(overrides or {}), **({"data": data} if data else {})} or None
     state = read(path, lambda p: checkpoint_utils.load_checkpoint_to_cpu(p, overrides))

@@ -74,7 +74,7 @@ def test_audit_command_report_and_exit_status(tmp_path):
     for split, pairs in (("train", TRAIN), ("valid", HELD[2:]), ("test", HELD)):
         pipeline.write_lines(raw / f"{split}.es", (s for s, _ in pairs))
         pipeline.write_lines(raw / f"{split}.en", (t for _, t in pairs))
-    cmd = [sys.executable, "-m", "fairseq_shared.data.audit", str(raw), "-k", "3"]
+    cmd = [sys.executable, "-m", "fairseq_shared.cli.audit", str(raw), "-k", "3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "audit.json").read_text())
@@ -94,7 +94,7 @@ def test_audit_command_report_and_exit_status(tmp_path):
                           cwd=ROOT)
     assert proc.returncode == 1 and "--max-contamination" in proc.stderr
     # a directory without the training text: a clear usage error naming what is missing
-    proc = subprocess.run([sys.executable, "-m", "fairseq_shared.data.audit", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "fairseq_shared.cli.audit", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "missing train.es, train.en" in proc.stderr
 
@@ -146,7 +146,7 @@ def _write_corpus(raw, splits):
 
 
 def _audit(raw, *extra):
-    return subprocess.run([sys.executable, "-m", "fairseq_shared.data.audit", str(raw), "-k", "3",
+    return subprocess.run([sys.executable, "-m", "fairseq_shared.cli.audit", str(raw), "-k", "3",
                            *extra], capture_output=True, text=True, cwd=ROOT)
 
 

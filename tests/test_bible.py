@@ -239,7 +239,7 @@ def test_missing_modules_message(tmp_path):
         bible.check_modules(tmp_path)
     assert "apt-get install sword-text-sparv sword-text-web" in str(err.value)
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_shared.data.bible", "--out", str(tmp_path / "o"),
+        [sys.executable, "-m", "fairseq_shared.cli.bible", "--out", str(tmp_path / "o"),
          "--sword-path", str(tmp_path)], capture_output=True, text=True, env=ENV, cwd=ROOT)
     assert proc.returncode == 2
     assert "apt-get install sword-text-sparv sword-text-web" in proc.stderr
@@ -305,7 +305,7 @@ def test_score_values_and_cli(tmp_path):
     ref = tmp_path / "ref.txt"
     ref.write_text("\n".join(refs) + "\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_shared.data.scoring", "--generate-output", gen,
+        [sys.executable, "-m", "fairseq_shared.cli.scoring", "--generate-output", gen,
          "--ref", ref, "--post-process", "sentencepiece", "--json-out", tmp_path / "s.json",
          "--hyp-out", tmp_path / "hyp.txt"], capture_output=True, text=True, env=ENV, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

@@ -76,11 +76,10 @@ def test_user_commands_never_import_the_harness_but_the_named_aliases():
 
 
 def test_the_library_packages_never_import_the_commands():
-    """(A data module's ``python -m`` entry, kept for the commands quoted in the docs, calls
-    its command in cli/ from its ``__main__`` block.)"""
+    """Not even from a ``__main__`` block: each command has one module path, in cli/."""
     paths = [p for p in sorted(PACKAGE.rglob("*.py"))
              if p.relative_to(PACKAGE).parts[0] in BELOW_THE_COMMANDS]
-    offenders = imports_of(paths, COMMANDS, main_blocks=False)
+    offenders = imports_of(paths, COMMANDS)
     assert not offenders, "\n".join(offenders)
 
 
@@ -133,3 +132,79 @@ def test_every_imported_module_of_the_package_exists():
                         importlib.util.find_spec(name) is None:
                     missing.append(f"{path.relative_to(root)}:{node.lineno} imports {name}")
     assert not missing, "\n".join(missing)
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_targets(tree: ast.AST, modules):
+    """What each import loads: ``from a import b`` is module ``a.b`` where that is a module,
+    else a name of ``a``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                yield full if full in modules else node.module
+
+
+def import_graph(paths, root: Path = PACKAGE.parent) -> dict:
+    """module -> the package's modules it imports anywhere in its file (function-level imports
+    included: they close a circle as surely as top-level ones, only later)."""
+    modules = {module_name(p, root): p for p in paths}
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for target in imported_targets(ast.parse(path.read_text(encoding="utf-8")), modules):
+            while target and target not in modules:  # ``import a.b.name`` -> a.b
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def circles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_package_has_no_import_circles():
+    found = circles(import_graph(sorted(PACKAGE.rglob("*.py"))))
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_a_function_level_circle(tmp_path):
+    package = tmp_path / "fairseq_shared"
+    package.mkdir()
+    (package / "a.py").write_text("from fairseq_shared.b import f\n")
+    (package / "b.py").write_text("def f():\n    from fairseq_shared import a\n")
+    (package / "c.py").write_text("import fairseq_shared.a\n")
+    assert circles(import_graph(sorted(package.glob("*.py")), tmp_path)) == [
+        ["fairseq_shared.a", "fairseq_shared.b"]]

@@ -1,5 +1,5 @@
 """Contamination audit of a prepared parallel corpus: the command line of
-``python -m fairseq_shared.data.audit`` and ``fairseq-shared-audit``; what it does is
+``python -m fairseq_shared.cli.audit`` and ``fairseq-shared-audit``; what it does is
 :mod:`fairseq_shared.data.audit` (printed by ``--help``)."""
 
 import argparse

@@ -1,5 +1,5 @@
 """Build the offline Spanish->English Bible corpus: the command line of
-``python -m fairseq_shared.data.bible``; what it does is :mod:`fairseq_shared.data.bible`
+``python -m fairseq_shared.cli.bible``; what it does is :mod:`fairseq_shared.data.bible`
 (printed by ``--help``)."""
 
 import argparse

@@ -1,5 +1,5 @@
 """Build the English Bible language-model corpus: the command line of
-``python -m fairseq_shared.data.bible_lm``; what it does is :mod:`fairseq_shared.data.bible_lm`
+``python -m fairseq_shared.cli.bible_lm``; what it does is :mod:`fairseq_shared.data.bible_lm`
 (printed by ``--help``)."""
 
 import argparse
@@ -12,7 +12,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=library.__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bible", default="work/bible",
-                   help="a corpus built by python -m fairseq_shared.data.bible")
+                   help="a corpus built by python -m fairseq_shared.cli.bible")
     p.add_argument("--out", default="work/bible_lm", help="output directory")
     args = p.parse_args(argv)
     try:

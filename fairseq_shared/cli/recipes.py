@@ -1,5 +1,5 @@
 """The papers' recipes (prepare, train, average, evaluate): the command line of
-``python -m fairseq_shared.data.recipes``; what it does is :mod:`fairseq_shared.data.recipes`
+``python -m fairseq_shared.cli.recipes``; what it does is :mod:`fairseq_shared.data.recipes`
 (printed by ``--help``)."""
 
 import argparse

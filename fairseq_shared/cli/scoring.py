@@ -1,5 +1,5 @@
 """Detokenized sacreBLEU and chrF of hypotheses: the command line of
-``python -m fairseq_shared.data.scoring``; what it does is :mod:`fairseq_shared.data.scoring`."""
+``python -m fairseq_shared.cli.scoring``; what it does is :mod:`fairseq_shared.data.scoring`."""
 
 import argparse
 import json

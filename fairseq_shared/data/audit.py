@@ -1,6 +1,6 @@
 """Contamination audit of a prepared parallel corpus: how close held-out data is to training data.
 
-    python -m fairseq_shared.data.audit RAW_DIR [--src es --tgt en] [--splits valid test]
+    python -m fairseq_shared.cli.audit RAW_DIR [--src es --tgt en] [--splits valid test]
                                         [--out DIR] [--max-contamination 0.01]
 
 ``RAW_DIR`` holds plain detokenized text ``{train,valid,test}.{src,tgt}``. For every held-out
@@ -31,7 +31,6 @@ near-duplicates at chrF >= 70 is above X.
 """
 
 import json
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -328,9 +327,3 @@ def score_without(hyps: Sequence[str], refs: Sequence[str], drop: Sequence[int])
 
 def test_contamination(report: Dict, split: str = "test") -> float:
     return report["splits"][split]["near_duplicate_share"][str(NEAR_DUPLICATE)]
-
-
-if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.audit
-    from fairseq_shared.cli.audit import main
-
-    sys.exit(main())

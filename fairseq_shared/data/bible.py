@@ -2,7 +2,7 @@
 Bible (``engWEB2015eb``), the SWORD modules of the Debian packages sword-text-sparv and
 sword-text-web.
 
-    python -m fairseq_shared.data.bible --out work/bible [--vocab-size 8000]
+    python -m fairseq_shared.cli.bible --out work/bible [--vocab-size 8000]
                                         [--test-book John --valid-book Acts]
 
 Stages (each restartable, see ``pipeline.Stages``):
@@ -27,7 +27,6 @@ Then ``stats.json`` and ``README.md`` describe the splits.
 
 import collections
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -291,7 +290,7 @@ def readme_text(stats):
         f"{e[SRC + '_pieces']} | {e[TGT + '_pieces']} |" for s, e in stats["splits"].items())
     return f"""# Spanish->English Bible corpus
 
-Built by `python -m fairseq_shared.data.bible` from the SWORD modules {SRC_MODULE} (Reina-Valera
+Built by `python -m fairseq_shared.cli.bible` from the SWORD modules {SRC_MODULE} (Reina-Valera
 1909) and {TGT_MODULE} (World English Bible). Test books: {', '.join(stats['test_books'])};
 valid books: {', '.join(stats['valid_books'])}; every other book is training data.
 
@@ -307,9 +306,3 @@ fairseq dictionary: {stats['dictionary_size']} entries.
 - raw/SPLIT.{{es,en}}: plain detokenized text, one verse per line; raw/SPLIT.ids: references.
 - spm/SPLIT.{{es,en}}: sentencepiece pieces. bin/: fairseq-preprocess output (src es, tgt en).
 """
-
-
-if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.bible
-    from fairseq_shared.cli.bible import main
-
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The English (World English Bible) side of the clean Bible corpus as a language-model corpus.
 
-    python -m fairseq_shared.data.bible_lm --bible work/bible --out work/bible_lm
+    python -m fairseq_shared.cli.bible_lm --bible work/bible --out work/bible_lm
 
 Reads a corpus built by :mod:`fairseq_shared.data.bible` (``raw/{train,valid,test}.en`` and
 ``.ids``, ``spm.model``, ``audit.json``, ``decontamination.json``) and keeps its split as it
@@ -23,7 +23,6 @@ become ``<unk>``), and the audit numbers the corpus carries.
 import hashlib
 import json
 import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -142,7 +141,7 @@ def readme_text(stats: dict) -> str:
     held = stats["held_out_books"]
     return f"""# English Bible language-model corpus
 
-Built by `python -m fairseq_shared.data.bible_lm` from the clean Bible corpus
+Built by `python -m fairseq_shared.cli.bible_lm` from the clean Bible corpus
 `{stats['source']}` (its English, World English Bible side; the split is the translation
 corpus's own: valid = {', '.join(held['valid'])}, test = {', '.join(held['test'])}, train =
 every other book). Tokenized with that corpus's sentencepiece model (sha1
@@ -183,7 +182,7 @@ def build(bible, out) -> dict:
     if missing:
         raise FileNotFoundError(f"--bible {bible}: not a built Bible corpus, missing "
                                 f"{missing[:3]} (build it with python -m "
-                                "fairseq_shared.data.bible --out DIR)")
+                                "fairseq_shared.cli.bible --out DIR)")
     held_out = held_out_books(bible)
     check_split(bible, held_out)
     out.mkdir(parents=True, exist_ok=True)
@@ -232,9 +231,3 @@ def build(bible, out) -> dict:
         f"{s} {e['lines']} verses / {e['scored_tokens']} tokens"
         for s, e in stats["splits"].items())))
     return stats
-
-
-if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.bible_lm
-    from fairseq_shared.cli.bible_lm import main
-
-    sys.exit(main())

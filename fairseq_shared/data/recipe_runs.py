@@ -1,5 +1,5 @@
 """Training, checkpoint averaging and evaluation of a recipe (a :class:`~fairseq_shared.data.
-recipes.Task`), with Takase & Kiyono's settings: ``python -m fairseq_shared.data.recipes TASK
+recipes.Task`), with Takase & Kiyono's settings: ``python -m fairseq_shared.cli.recipes TASK
 {train,average,evaluate}`` (``recipes/<task>/run.sh``). The data side (fetch, tokenize, BPE,
 binarize) is :mod:`fairseq_shared.data.recipes`.
 """

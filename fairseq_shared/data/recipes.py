@@ -1,12 +1,12 @@
 """The papers' benchmarks as one pipeline with a config per task (:data:`TASKS`); this module
 prepares the data, :mod:`fairseq_shared.data.recipe_runs` trains, averages and evaluates.
 
-    python -m fairseq_shared.data.recipes TASK prepare  --work DIR   # fetch, tokenize, BPE, binarize
-    python -m fairseq_shared.data.recipes TASK train    --work DIR   # fairseq-train, papers' settings
-    python -m fairseq_shared.data.recipes TASK average  --work DIR   # average the last 10 checkpoints
-    python -m fairseq_shared.data.recipes TASK evaluate --work DIR   # beam 4, detok sacreBLEU/chrF
-    python -m fairseq_shared.data.recipes TASK all      --work DIR
-    python -m fairseq_shared.data.recipes --list
+    python -m fairseq_shared.cli.recipes TASK prepare  --work DIR   # fetch, tokenize, BPE, binarize
+    python -m fairseq_shared.cli.recipes TASK train    --work DIR   # fairseq-train, papers' settings
+    python -m fairseq_shared.cli.recipes TASK average  --work DIR   # average the last 10 checkpoints
+    python -m fairseq_shared.cli.recipes TASK evaluate --work DIR   # beam 4, detok sacreBLEU/chrF
+    python -m fairseq_shared.cli.recipes TASK all      --work DIR
+    python -m fairseq_shared.cli.recipes --list
 
 Data: with ``TASK_DIR`` set (e.g. ``IWSLT14_DE_EN_DIR``, ``WMT17_DIR``, ``NIST_ZH_EN_DIR``; see
 ``Task.env``) the files are taken from that local folder, laid out as the downloads unpack;
@@ -29,7 +29,6 @@ import html
 import json
 import os
 import re
-import sys
 import tarfile
 import urllib.request
 import zipfile
@@ -315,9 +314,3 @@ def prepare(task, work):
                lambda: binarize(task, work), after=["bpe" if task.prep != "pretokenized"
                                                     else "tokenize"])
     log(f"{task.name}: data ready in {work / 'bin'}")
-
-
-if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.recipes
-    from fairseq_shared.cli.recipes import main
-
-    sys.exit(main())

@@ -1,12 +1,11 @@
 """Detokenized sacreBLEU / chrF, and hypotheses out of ``fairseq-generate`` output.
 
-    python -m fairseq_shared.data.scoring --generate-output gen.txt --ref test.en \
+    python -m fairseq_shared.cli.scoring --generate-output gen.txt --ref test.en \
         [--post-process sentencepiece|subword_nmt|none] [--detok-lang en] [--hyp-out hyp.txt]
-    python -m fairseq_shared.data.scoring --hyp hyp.txt --ref test.en
+    python -m fairseq_shared.cli.scoring --hyp hyp.txt --ref test.en
 """
 
 import re
-import sys
 
 _H_LINE = re.compile(r"^H-(\d+)\t([^\t]*)\t?(.*)$")
 
@@ -80,9 +79,3 @@ def score(hyps, refs, lowercase=False, digits=2):
         "chrf": rnd(c.score), "chrf_signature": str(chrf.get_signature()),
         "n": len(hyps),
     }
-
-
-if __name__ == "__main__":  # the command the docs quote; its flags are fairseq_shared.cli.scoring
-    from fairseq_shared.cli.scoring import main
-
-    sys.exit(main())

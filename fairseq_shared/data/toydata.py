@@ -11,7 +11,6 @@ is not a multiple of 8 (fairseq's default ``--required-batch-size-multiple``).
 import os
 import random
 import subprocess
-import sys
 
 from fairseq_shared.fairseq_commands import fairseq_tool
 
@@ -81,9 +80,3 @@ def build_toy_corpus(out: str, seed: int = 1, vocab_size: int = 80) -> str:
     audit.write_report(audit.audit_corpus(raw, k=3), out)
     open(done, "w").close()
     return out
-
-
-if __name__ == "__main__":  # the command line is fairseq_shared.cli.toydata
-    from fairseq_shared.cli.toydata import main
-
-    sys.exit(main())

@@ -152,7 +152,7 @@ def check_corpus(data: str, results: str) -> Dict[str, Path]:
     for name, src in sources.items():
         if not src.exists():
             raise SystemExit(f"{src} is missing: build the corpus with its audit first "
-                             "(python -m fairseq_shared.data.bible, or data.audit RAW_DIR)")
+                             "(python -m fairseq_shared.cli.bible, or data.audit RAW_DIR)")
         pinned = Path(results) / "corpus" / name
         if name in PINNED_FILES and pinned.exists() and pinned.read_bytes() != src.read_bytes():
             raise SystemExit(f"--data {data}: {src} differs from {pinned}, which the results in "

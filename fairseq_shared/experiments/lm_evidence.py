@@ -50,7 +50,7 @@ def lm_paths(data: str) -> Tuple[str, str]:
     if os.path.exists(os.path.join(data, "dict.txt")):
         return os.path.dirname(os.path.abspath(data)), data
     raise SystemExit(f"--data {data}: no LM corpus (bin/dict.txt); build it with python -m "
-                     "fairseq_shared.data.bible_lm --bible work/bible --out work/bible_lm")
+                     "fairseq_shared.cli.bible_lm --bible work/bible --out work/bible_lm")
 
 
 def split_sizes(bin_dir: str) -> Dict[str, Dict[str, int]]:

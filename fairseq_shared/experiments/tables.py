@@ -77,7 +77,7 @@ def render_tables(rows: List[Dict], budget: Dict, decode: Optional[Dict],
     if lookup:
         n_near = len(lookup["near_duplicate_positions"])
         out += [f"Lookup baseline (no model; the English of the training verse whose Spanish is "
-                f"closest, `python -m fairseq_shared.data.audit`) on the same "
+                f"closest, `python -m fairseq_shared.cli.audit`) on the same "
                 f"{lookup['sentences']} sentences: BLEU {lookup['bleu']:.2f}, chrF "
                 f"{lookup['chrf']:.2f}. Test near-duplicates of training data (chrF >= 70): "
                 f"{100 * lookup['near_duplicate_share_70']:.1f}%"
@@ -212,9 +212,9 @@ def main_job_table(result: Dict, budget: Dict) -> str:
         f"BLEU `{decode.get('bleu_signature')}`, chrF `{decode.get('chrf_signature')}`, "
         f"against {s.get('references')}.",
         "Lookup baseline: no model, the English of the training verse whose Spanish is "
-        "closest (the corpus audit, `python -m fairseq_shared.data.audit`), on the same "
+        "closest (the corpus audit, `python -m fairseq_shared.cli.audit`), on the same "
         "verses; a model is worth what it scores above it." if lookup else
-        "No lookup baseline: the corpus has no audit (`python -m fairseq_shared.data.audit "
+        "No lookup baseline: the corpus has no audit (`python -m fairseq_shared.cli.audit "
         "RAW_DIR`).",
         f"Budget `{budget['name']}`: d={budget['dim']}, FFN {budget['ffn']}, L={budget['L']}, "
         f"max {budget['max_update']} updates (cap {budget['max_minutes']} min per model), "

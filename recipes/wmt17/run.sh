@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=${1:?source language}; TGT=${2:?target language}
-exec "${PYTHON:-.venv/bin/python}" -m fairseq_shared.data.recipes "wmt17_${SRC}_${TGT}" "${3:-all}" --work "${WORK:-work/wmt17_${SRC}_${TGT}}"
+exec "${PYTHON:-.venv/bin/python}" -m fairseq_shared.cli.recipes "wmt17_${SRC}_${TGT}" "${3:-all}" --work "${WORK:-work/wmt17_${SRC}_${TGT}}"

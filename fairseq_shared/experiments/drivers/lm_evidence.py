@@ -1,6 +1,6 @@
 """Decoder-only LM runs on the English Bible corpus: train, score and record one run per file.
 
-    python -m fairseq_shared.data.bible_lm --bible work/bible --out work/bible_lm
+    python -m fairseq_shared.cli.bible_lm --bible work/bible --out work/bible_lm
     python -m fairseq_shared.cli.lm_evidence baselines --data work/bible_lm
     python -m fairseq_shared.cli.lm_evidence run --data work/bible_lm [--queue vanilla_L3:1,...] [--commit]
     python -m fairseq_shared.cli.lm_evidence plan --data work/bible_lm

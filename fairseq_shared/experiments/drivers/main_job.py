@@ -7,7 +7,7 @@ Stages, each restartable (re-running skips what is done and valid; a killed trai
 from fairseq's ``checkpoint_last.pt``):
 
 1. setup    check the environment (torch, fairseq, this package) and print the budget;
-2. corpus   ``python -m fairseq_shared.data.bible --out <work>/bible`` (its own stages skip
+2. corpus   ``python -m fairseq_shared.cli.bible --out <work>/bible`` (its own stages skip
             what is done and valid), or ``--data`` a prepared corpus;
 3. train    vanilla (L+L layers) and cycle_rev (2L+2L layers over L parameter sets per stack:
             the same parameter count), via :mod:`fairseq_shared.experiments.reproduce`;
@@ -108,7 +108,7 @@ def main(argv=None):
 
     stage(2, "corpus", t0)
     data = args.data or os.path.join(args.work, "bible")
-    cmd = [sys.executable, "-m", "fairseq_shared.data.bible", "--out", data]
+    cmd = [sys.executable, "-m", "fairseq_shared.cli.bible", "--out", data]
     if args.data:
         if not corpus_ready(data):
             raise SystemExit(f"--data {data}: not a prepared corpus (needs bin/, raw/, spm.model)")
