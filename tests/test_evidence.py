@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from fairseq_shared.experiments import evidence, evidence_report
+from fairseq_shared.experiments import evidence, evidence_report, queue, run_record
 from fairseq_shared.data.toydata import build_toy_corpus
 
 
@@ -57,7 +57,7 @@ def test_learning_curve_sums_interval_seconds_once_per_interval(tmp_path):
     log.write_text(inner(25, 10) + inner(50, 12) + valid(50, "9.5") + inner(75, 11)
                    # killed after update 75, resumed from the checkpoint at 50
                    + inner(75, 13) + inner(100, 9) + valid(100, "8.25"))
-    curve = evidence.learning_curve(str(log))
+    curve = run_record.learning_curve(str(log))
     assert curve == [{"update": 50, "valid_loss": 9.5, "train_seconds": 22.0},
                      {"update": 100, "valid_loss": 8.25, "train_seconds": 44.0}]
 
@@ -95,7 +95,7 @@ def test_commit_only_the_named_paths(tmp_path):
     old = dict(os.environ)
     os.environ.update(env)
     try:
-        assert evidence.commit([repo / "a.json"], "run a", str(repo))
+        assert queue.commit([repo / "a.json"], "run a", str(repo))
     finally:
         os.environ.clear()
         os.environ.update(old)

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from fairseq_shared.data import bible_lm
-from fairseq_shared.experiments import lm_evidence, lm_report, lm_runs
+from fairseq_shared.experiments import lm_evidence, lm_report, lm_runs, queue
 from fairseq_shared.experiments.lm_baselines import load_split, write_baselines
 from helpers_data import FAKE_BIBLE_SIZES, make_fake_bible
 
@@ -115,7 +115,7 @@ def _perplexity_from_checkpoint(checkpoint, bin_dir, split):
 def test_run_writes_its_file_with_the_eval_lm_perplexity(finished):
     out, work, results, done = finished
     assert done == ["vanilla_L3_s1", "cycle_rev_6_3_s1"]
-    r = json.loads((lm_evidence.result_path(results, "vanilla_L3", 1)).read_text())
+    r = json.loads((queue.result_path(results, "vanilla_L3", 1)).read_text())
     assert r["updates"] == 5 and r["N"] == 3 and r["arch"] == "transformer_lm"
     assert r["params"] > 0 and r["budget"]["seed"] == 1
     assert r["curve"] and r["curve"][-1]["update"] == 5
@@ -129,7 +129,7 @@ def test_run_writes_its_file_with_the_eval_lm_perplexity(finished):
     assert r["test"]["loss_base2"] == pytest.approx(bits, abs=1e-4)
     assert r["test"]["perplexity"] == pytest.approx(r["test"]["perplexity_printed"], abs=0.01)
     # the shared row: 6 layers over vanilla 3's parameter sets, scored the same way
-    c = json.loads((lm_evidence.result_path(results, "cycle_rev_6_3", 1)).read_text())
+    c = json.loads((queue.result_path(results, "cycle_rev_6_3", 1)).read_text())
     assert (c["N"], c["M"], c["params"]) == (6, 3, r["params"])
     assert c["train_command"][c["train_command"].index("--decoder-share-strategy") + 1] == "cycle_rev"
     ckpt = os.path.join(work, "runs_s1", "cycle_rev_6_3", "checkpoint_last.pt")
@@ -143,10 +143,10 @@ def test_run_writes_its_file_with_the_eval_lm_perplexity(finished):
 def test_render_from_the_written_files(finished, corpus):
     out, _, results, _ = finished
     write_baselines(str(out / "bin"), results, progress=lambda m: None)
-    r1 = json.loads(lm_evidence.result_path(results, "vanilla_L3", 1).read_text())
+    r1 = json.loads(queue.result_path(results, "vanilla_L3", 1).read_text())
     # a second seed, as a worker would write it, for the spread
     r2 = dict(r1, seed=2, test=dict(r1["test"], perplexity=r1["test"]["perplexity"] + 2.0))
-    lm_evidence.result_path(results, "vanilla_L3", 2).write_text(json.dumps(r2))
+    queue.result_path(results, "vanilla_L3", 2).write_text(json.dumps(r2))
     paths = lm_report.render(results)
     text = open(paths["tables"]).read()
     p1 = r1["test"]["perplexity"]

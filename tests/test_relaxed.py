@@ -3,7 +3,7 @@ conversion, LoRA and learned maps themselves are tested in their own modules."""
 
 import json
 
-from fairseq_shared.experiments import relaxed, relaxed_report
+from fairseq_shared.experiments import milestones, relaxed, relaxed_report
 from fairseq_shared.experiments.configs import load_budget
 from fairseq_shared.experiments.runs import Run
 
@@ -34,8 +34,8 @@ def test_items_wait_for_the_runs_they_convert_and_compare_with(tmp_path):
 def test_checkpoint_at_finds_the_interval_checkpoint_whatever_its_epoch(tmp_path):
     (tmp_path / "checkpoint_2_500.pt").write_bytes(b"")
     (tmp_path / "checkpoint_1_400.pt").write_bytes(b"")
-    assert relaxed.checkpoint_at(str(tmp_path), 500).endswith("checkpoint_2_500.pt")
-    assert relaxed.checkpoint_at(str(tmp_path), 600) is None
+    assert milestones.checkpoint_at(str(tmp_path), 500).endswith("checkpoint_2_500.pt")
+    assert milestones.checkpoint_at(str(tmp_path), 600) is None
 
 
 def test_lora_and_learned_configs_reach_the_training_command():

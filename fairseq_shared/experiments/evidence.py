@@ -23,9 +23,8 @@ from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.corpus import corpus_paths
 from fairseq_shared.experiments.decode import decode_args
-from fairseq_shared.experiments.queue import (commit, item_id,  # noqa: F401
-                                              result_path, results_repository, write_result)
-from fairseq_shared.experiments.run_record import learning_curve, record_run  # noqa: F401
+from fairseq_shared.experiments.queue import item_id
+from fairseq_shared.experiments.run_record import record_run
 from fairseq_shared.experiments.runs import make_plan
 
 # Takase & Kiyono's core rows with 2 seeds first, then the rest (see the evidence issue).

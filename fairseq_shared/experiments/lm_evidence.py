@@ -24,7 +24,6 @@ from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.cpu_clock import read_cpu_log
 from fairseq_shared.experiments.lm_runs import (LM_CONFIGS, evaluate, load_lm_budget,
                                                 plan_runs, readable)
-from fairseq_shared.experiments.queue import item_id, result_path  # noqa: F401
 from fairseq_shared.experiments.run_record import record_run
 from fairseq_shared.experiments.training import log_records, train
 

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_shared.experiments import evidence, queue
 from fairseq_shared.experiments.configs import load_budget
 from fairseq_shared.experiments.corpus import corpus_paths
-from fairseq_shared.experiments.milestones import checkpoint_at  # noqa: F401  (relaxed.checkpoint_at)
+from fairseq_shared.experiments.milestones import checkpoint_at
 
 FINETUNE_UPDATES = 500  # a quarter of the evidence budget's 2,000 updates
 

@@ -105,7 +105,7 @@ def main(argv=None) -> int:
             return 2
         repo = None
         if args.commit:
-            from fairseq_shared.experiments.evidence import results_repository
+            from fairseq_shared.experiments.queue import results_repository
 
             repo = results_repository(args.out)
         settings = frontier.settings_for(args)
@@ -127,14 +127,14 @@ def main(argv=None) -> int:
             paths = frontier.write_record(args.out, record)
             print(f"[frontier] {name}: wrote {paths[0]}", file=sys.stderr)
             if repo:
-                from fairseq_shared.experiments.evidence import commit
+                from fairseq_shared.experiments.queue import commit
 
                 ok = commit(paths, f"frontier: {name} measured", repo)
                 print(f"[frontier] {'committed' if ok else 'could not commit'} {name}",
                       file=sys.stderr)
     paths = frontier_report.render(args.out, args.anchor)
     if args.commit and not args.render_only:
-        from fairseq_shared.experiments.evidence import commit, results_repository
+        from fairseq_shared.experiments.queue import commit, results_repository
 
         commit(list(paths.values()), "frontier: table, plots and pick rendered",
                results_repository(args.out))
