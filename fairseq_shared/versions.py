@@ -2,15 +2,15 @@
 an unsupported torch gets one clear line instead of a traceback from deep inside fairseq).
 
 The range is the one ``pyproject.toml`` declares and ``scripts/compat_matrix.sh`` measures
-(``results/compat.md``): a torch older than the minimum is refused; one newer than the newest
+(``results/compat/README.md``): a torch older than the minimum is refused; one newer than the newest
 measured gets a warning only."""
 
 import re
 import warnings
 from typing import Tuple
 
-# pyproject.toml: torch>=2.6. Measured (results/compat.md): torch 2.4.1 passes the core subset
-# but for safe loading: it has no get_unsafe_globals_in_checkpoint (2.5+), and before 2.6
+# pyproject.toml: torch>=2.6. Measured (results/compat/README.md): torch 2.4.1 passes the core
+# subset but for safe loading: it has no get_unsafe_globals_in_checkpoint (2.5+), and before 2.6
 # torch.load does not default to weights_only, so fairseq would unpickle a malicious file.
 MIN_TORCH = (2, 6)
 NEWEST_MEASURED = (2, 15)
@@ -29,7 +29,7 @@ def check_torch(version: str) -> None:
     if found < MIN_TORCH:
         raise ImportError(
             f"fairseq_shared needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (supported: "
-            f"{supported}, see results/compat.md); this environment has torch {version}")
+            f"{supported}, see results/compat/README.md); this environment has torch {version}")
     if found > NEWEST_MEASURED:
         warnings.warn(f"fairseq_shared: torch {version} is newer than the newest measured "
-                      f"({supported}, see results/compat.md)", stacklevel=2)
+                      f"({supported}, see results/compat/README.md)", stacklevel=2)

@@ -2,14 +2,14 @@
 # The compatibility matrix (issue 23, item 4; not in the default suite): a fresh virtual
 # environment per torch version, each with the same fairseq (fairseq-fixed 0.12.3.1, built
 # against that torch) and the pinned requirements, through scripts/setup_env.sh; then a core
-# test subset in each. Writes results/compat.md (or $OUT).
+# test subset in each. Writes results/compat/README.md (or $OUT).
 #   nice -n 15 scripts/compat_matrix.sh [WORK_DIR]      (default work/compat)
 # TORCH_VERSIONS (default "2.6.0 2.13.0 2.15.0"): from the configured package index; off this
 # project's machines torch 2.4 / 2.15 are the CUDA builds of PyPI (several GB each).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${1:-$ROOT/work/compat}
-OUT=${OUT:-$ROOT/results/compat.md}
+OUT=${OUT:-$ROOT/results/compat/README.md}
 VERSIONS=${TORCH_VERSIONS:-2.6.0 2.13.0 2.15.0}
 # One row file per version, kept between runs; the table is rendered from all of them.
 ROWS_DIR=${ROWS_DIR:-$ROOT/results/compat}

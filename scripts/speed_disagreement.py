@@ -3,7 +3,7 @@
     python scripts/speed_disagreement.py VANILLA.pt CYCLE_REV.pt --data work/bible \\
         --out results/speed_disagreement.md [--sentences 200] [--repeats 3]
 
-``results/main_job.md`` (batch 64, output limit 1.2 x source + 10) and ``results/export.md``
+``results/main_job.md`` (batch 64, output limit 1.2 x source + 10) and ``results/archive/export/export.md``
 (batch 1 and 32, fairseq-generate's default limit 0 x source + 200) timed the same two
 checkpoints and read the second x1.31 and x0.27 the speed of the first. This decodes the pair
 under each table's settings and under settings that change one thing at a time, with the

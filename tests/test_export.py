@@ -238,12 +238,12 @@ def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_fac
 
 
 def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_factory):
-    """scripts/bench_export.py end to end on the tiny trained model (results/export.md is
-    written by the same script for the trained Bible models)."""
+    """The archived results/archive/export/bench_export.py end to end on the tiny trained model
+    (results/archive/export/export.md was written by the same script for the main job's models)."""
     import importlib.util
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_export.py"
+    script = Path(__file__).resolve().parents[1] / "results/archive/export/bench_export.py"
     spec = importlib.util.spec_from_file_location("bench_export", script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -254,7 +254,7 @@ def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_f
             "--batch-sizes", "1,3", "--warmup", "0", "--repeats", "2"]
     assert bench.main(argv) == 0
     text = out.read_text()
-    assert "python scripts/bench_export.py " + " ".join(argv) in text
+    assert "python results/archive/export/bench_export.py " + " ".join(argv) in text
     result = json.loads((tmp_path / "export.json").read_text())
     rows = {r["engine"]: r for r in result["rows"]}
     assert set(rows) == {"fairseq", "ct2_float32", "ct2_int8"}

@@ -228,12 +228,14 @@ def test_cpu_time_per_pass_and_summary(toy, ckpts, tmp_path):
 
 
 def test_bench_san_cpu_script(toy, ckpts, tmp_path):
-    """scripts/bench_san_cpu.py decodes through fairseq_shared.timing: every cell has positive
-    CPU rates, forced cells have the forced length, and --render prints the table."""
+    """The archived results/archive/san/bench_san_cpu.py decodes through fairseq_shared.timing:
+    every cell has positive CPU rates, forced cells have the forced length, and --render prints
+    the table."""
     import importlib.util
     import sys
 
-    script = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_san_cpu.py")
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "results", "archive", "san",
+                          "bench_san_cpu.py")
     spec = importlib.util.spec_from_file_location("bench_san_cpu", script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -243,7 +245,7 @@ def test_bench_san_cpu_script(toy, ckpts, tmp_path):
                 "--sentences", "4", "--large-batch", "4", "--rounds", "1", "--forced-len", "6",
                 "--out", str(out)])
     doc = json.loads(out.read_text())
-    assert doc["command"].startswith("python scripts/bench_san_cpu.py --data")
+    assert doc["command"].startswith("python results/archive/san/bench_san_cpu.py --data")
     cells = doc["cells"]
     assert [(c["forced_len"], c["beam"], c["batch"]) for c in cells] == [
         (f, b, n) for f in (None, 6) for b in (1, 4) for n in (1, 4)]

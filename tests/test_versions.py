@@ -23,7 +23,7 @@ def test_older_torch_is_refused_naming_version_and_range():
     with pytest.raises(ImportError) as err:
         check_torch("2.5.1")
     assert str(err.value) == ("fairseq_shared needs torch >= 2.6 (supported: 2.6 to 2.15, see "
-                              "results/compat.md); this environment has torch 2.5.1")
+                              "results/compat/README.md); this environment has torch 2.5.1")
 
 
 def test_newer_torch_warns():
@@ -38,5 +38,5 @@ def test_import_gives_one_clear_line_before_fairseq_is_imported():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert result.stdout.strip() == ("False fairseq_shared needs torch >= 2.6 (supported: 2.6 "
-                                     "to 2.15, see results/compat.md); this environment has "
+                                     "to 2.15, see results/compat/README.md); this environment has "
                                      "torch 2.1.0"), result.stderr[-2000:]

@@ -42,7 +42,8 @@ def build_parser():
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--script", action="store_true",
                    help="decode with fairseq's SequenceGenerator compiled by torch.jit.script "
-                   "(same hypotheses; about 30%% less CPU time at batch 1, results/scripting.md)")
+                   "(same hypotheses; about 30%% less CPU time at batch 1, "
+                   "results/archive/scripting/scripting.md)")
     p.add_argument("--references", default=None,
                    help="raw detokenized references (default <data>/raw/<subset>.<tgt>)")
     p.add_argument("--out", default=None, help="directory for results.{md,csv,json}, hyps")

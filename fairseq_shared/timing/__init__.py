@@ -14,7 +14,7 @@ is loaded with ``checkpoint_utils.load_model_ensemble``, the generator is
   each whole pass (batching, post-processing) is recorded too. The same calls are also timed
   by the process's CPU time (``time.process_time``: ``cpu_seconds``, CPU tokens/s and
   sentences/s, CPU ratios), which other jobs on a shared machine hardly move when decoding
-  with one thread (``threads=1``); ``scripts/bench_san_cpu.py`` reports that.
+  with one thread (``threads=1``); ``results/archive/san/bench_san_cpu.py`` reported that.
 * **interleaving**: with several checkpoints, timed pass ``r`` runs every model once before
   pass ``r + 1`` starts (the order rotates each round), so drift of the machine (other
   processes, thermal state) hits all models alike. Ratios against the named baseline are the

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Quality check on the synthetic toy corpus (fairseq_shared.data.toydata), where a tiny model
 # converges in a minute: vanilla vs SAN under the same number of updates.
-# usage: scripts/train_san_toy.sh NAME ARCH MAX_UPDATE [extra fairseq-train flags]
+# usage: results/archive/san/train_san_toy.sh NAME ARCH MAX_UPDATE [extra fairseq-train flags]
 set -e
 NAME=$1; ARCH=$2; MAXUP=$3; shift 3
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Train one model for the SAN speed benchmark on the Bible corpus (2 CPU threads).
-# usage: [OMP_NUM_THREADS=N] scripts/train_san_bench.sh NAME ARCH STOP_HOURS|--max-update=N [extra fairseq-train flags]
+# usage: [OMP_NUM_THREADS=N] results/archive/san/train_san_bench.sh NAME ARCH STOP_HOURS|--max-update=N [extra fairseq-train flags]
 set -e
 NAME=$1; ARCH=$2; LIMIT=$3; shift 3
 if [[ $LIMIT == --max-update=* ]]; then LIMITFLAGS="--max-update ${LIMIT#--max-update=}"; else LIMITFLAGS="--stop-time-hours $LIMIT --max-update 100000"; fi

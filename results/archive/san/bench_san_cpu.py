@@ -3,11 +3,11 @@
 (``time.process_time``) with one torch thread, and by wall time, over short interleaved rounds.
 
 Why: on a shared 2-core machine other jobs make wall-clock passes vary by 10x (see
-results/san_speed.md); one thread's CPU time counts only this process's work.
+results/archive/san/san_speed.md); one thread's CPU time counts only this process's work.
 
-    python scripts/bench_san_cpu.py --data work/bible/bin --models vanilla=A.pt,san=B.pt \\
+    python results/archive/san/bench_san_cpu.py --data work/bible/bin --models vanilla=A.pt,san=B.pt \\
         [--sentences 16] [--large-batch 16] [--rounds 5] [--forced-len 30] --out OUT.json
-    python scripts/bench_san_cpu.py --render OUT.json     # its Markdown table again
+    python results/archive/san/bench_san_cpu.py --render OUT.json     # its Markdown table again
 
 The grid: free decoding (max length 1.2 x source + 10) and, with ``--forced-len L``, every
 output exactly L tokens + EOS; beam 1 and 4; batch 1 and ``--large-batch``. Writes OUT.json
@@ -99,7 +99,7 @@ def run_cell(checkpoints, data, beam, bsz, forced, sentences, rounds):
 
 
 def main(argv=None):
-    prog = sys.argv[0] if argv is None else "scripts/bench_san_cpu.py"
+    prog = sys.argv[0] if argv is None else "results/archive/san/bench_san_cpu.py"
     argv = sys.argv[1:] if argv is None else list(argv)
     if len(argv) == 2 and argv[0] == "--render":
         with open(argv[1]) as f:

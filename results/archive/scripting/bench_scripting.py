@@ -2,8 +2,8 @@
 """What TorchScript buys at decoding: fairseq's SequenceGenerator scripted against the
 eager one, side by side in one process, for a vanilla and a SAN model.
 
-    OMP_NUM_THREADS=1 python scripts/bench_scripting.py --data work/bible/bin \\
-        [--models vanilla=A.pt,san=B.pt] [--repeats 5] [--out results/scripting.json]
+    OMP_NUM_THREADS=1 python results/archive/scripting/bench_scripting.py --data work/bible/bin \\
+        [--models vanilla=A.pt,san=B.pt] [--repeats 5] [--out results/archive/scripting/scripting.json]
 
 Without ``--models`` it builds the two models itself, d = 256 (FFN 1024, 4 heads, 6+6
 layers; SAN: transformer_san's paper policy) with random weights, i.e. trained for 0
@@ -88,7 +88,7 @@ def main(argv=None):
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--length", type=int, default=30, help="forced output length (tokens)")
     p.add_argument("--sentences", type=int, default=64, help="test sentences at batch 16/64 (16 at batch 1)")
-    p.add_argument("--out", default="results/scripting.json")
+    p.add_argument("--out", default="results/archive/scripting/scripting.json")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -147,7 +147,7 @@ def main(argv=None):
                 "raw": {"eager": e, "scripted": s},
             })
     record = {
-        "command": "OMP_NUM_THREADS=1 python scripts/bench_scripting.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 python results/archive/scripting/bench_scripting.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "weights": weights, "beam": a.beam, "forced_length": a.length, "repeats": a.repeats,
         "threads": torch.get_num_threads(), "torch": str(torch.__version__),
         "compile_s": {n: g["compile_s"] for n, g in generators.items()}, "rows": rows,

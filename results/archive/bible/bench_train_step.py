@@ -1,7 +1,7 @@
 """Training-step cost of several checkpoints, measured side by side in one process.
 
-    OMP_NUM_THREADS=1 python scripts/bench_train_step.py --runs work/bible_runs \
-        --configs vanilla,universal,cycle_rev_2L --baseline vanilla --out results/bible/train_step.md
+    OMP_NUM_THREADS=1 python results/archive/bible/bench_train_step.py --runs work/bible_runs \
+        --configs vanilla,universal,cycle_rev_2L --baseline vanilla --out results/archive/bible/train_step.md
 
 Each model (rebuilt from its checkpoint) takes the same real batches of the validation set
 (label-smoothed cross-entropy, forward + backward + Adam step). Models are interleaved,

@@ -1,6 +1,6 @@
 """Deployment table: fairseq vs CTranslate2 (float32, int8) for trained checkpoints.
 
-    python scripts/bench_export.py CKPT_A [CKPT_B ...] --data DATA --out results/export.md \
+    python results/archive/export/bench_export.py CKPT_A [CKPT_B ...] --data DATA --out results/archive/export/export.md \
         [--sentences 0] [--repeats 3] [--batch-sizes 1,32] [--threads 1] [--beam 4] \
         [--max-len-a 1.2] [--max-len-b 10]
 
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
         print(json.dumps(measure_rss(args._rss[0], args.checkpoints[0], args.data,
                                      args.threads, args.beam)))
         return 0
-    command = "python scripts/bench_export.py " + " ".join(shlex.quote(a) for a in argv)
+    command = "python results/archive/export/bench_export.py " + " ".join(shlex.quote(a) for a in argv)
     result = bench(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
