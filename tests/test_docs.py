@@ -8,6 +8,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fairseq_shared"
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+RESULTS = ROOT / "results"
+RESULT_PAGES = sorted(RESULTS.glob("**/README.md"))  # the index, each folder's, the archive's
+BUDGET = RESULTS / "bible_budget"
+#: Where the README's headline numbers are written: the rendered files of the current answer.
+HEADLINE_HOMES = [BUDGET / "summary.md", BUDGET / "tables.md", BUDGET / "frontier" / "frontier.md"]
+#: The model binaries main keeps (results/README.md, "Model binaries"); no other is added.
+COMMITTED_MODELS = sorted(
+    [f"bible_budget/models/{m}.pt" for m in (
+        "attn_shared_s1", "cycle_rev_2L_s1", "cycle_rev_2L_s2", "nodec_ffn_s1", "one_wide_ffn_s1",
+        "san_dec2L_s1", "vanilla_2L_dec1_s1", "vanilla_2L_dec1_s2", "vanilla_2L_s1",
+        "vanilla_2L_s2", "vanilla_dec2L_s1", "vanilla_s1", "vanilla_s2")]
+    + ["speed_disagreement/models/cycle_rev_1000.pt", "speed_disagreement/models/vanilla_1000.pt"])
+DECIMAL = re.compile(r"(?<![\d.])[-+]?\d+\.\d+")
 MAP_MARK = "<!-- package map:"
 
 
@@ -48,7 +61,7 @@ def package_map():
 
 def test_every_relative_link_resolves():
     broken = []
-    for page in PAGES:
+    for page in PAGES + RESULT_PAGES:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text(page)):
             if not target.startswith(("http://", "https://", "mailto:")) \
                     and not (page.parent / target).exists():
@@ -57,9 +70,18 @@ def test_every_relative_link_resolves():
 
 
 def test_every_python_m_command_names_a_module_that_exists():
-    missing = sorted({f"{page.relative_to(ROOT)}: {m}" for page in PAGES
+    missing = sorted({f"{page.relative_to(ROOT)}: {m}" for page in PAGES + RESULT_PAGES
                       for m in re.findall(r"python -m (fairseq_shared(?:\.[a-z_]\w*)+)", text(page))
                       if module_file(m) is None})
+    assert not missing, "\n".join(missing)
+
+
+def test_every_script_quoted_in_the_results_readmes_exists():
+    """``scripts/x.py`` and the archived ``results/archive/<topic>/x.py`` a README quotes."""
+    missing = sorted({f"{page.relative_to(ROOT)}: {path}" for page in RESULT_PAGES
+                      for path in re.findall(r"(?<![\w/.])((?:scripts|results)/[\w/.-]+\.(?:py|sh))\b",
+                                             text(page))
+                      if not (ROOT / path).exists()})
     assert not missing, "\n".join(missing)
 
 
@@ -114,3 +136,48 @@ def test_the_readme_results_table_is_the_rendered_one():
                 if line.startswith("|")]
     assert rendered and "\n".join(rendered) in text(ROOT / "README.md"), \
         "copy the table of results/bible_budget/summary.md into the README's results section"
+
+
+def decimals(body: str):
+    """``[(as written, value, decimal places)]`` of every decimal number in ``body``."""
+    return [(m, float(m), len(m.split(".")[1])) for m in DECIMAL.findall(body)]
+
+
+def test_the_readmes_headline_numbers_are_their_homes():
+    """Every decimal number of the README's findings (the prose under its rendered table) is a
+    number of the rendered files, at the README's precision and with its sign: rounded, never
+    computed by hand (a difference or ratio the render does not print has no home)."""
+    section = text(ROOT / "README.md").split("## What was measured", 1)[1].split("\n## ", 1)[0]
+    prose = "\n".join(line for line in section.splitlines() if not line.startswith("|"))
+    home = [value for page in HEADLINE_HOMES for _, value, _ in decimals(text(page))]
+    orphans = [written for written, value, places in decimals(prose)
+               if not any(abs(h - value) <= 0.5 * 10 ** -places + 1e-9 and (h < 0) == (value < 0)
+                          for h in home)]
+    assert decimals(prose) and not orphans, \
+        f"README numbers found in none of {[str(p.relative_to(ROOT)) for p in HEADLINE_HOMES]}: {orphans}"
+
+
+def test_the_results_index_quotes_the_current_answer():
+    """results/README.md leads with lines of ``summary.md`` (quoted, ``> ``), word for word."""
+    quoted = [line[2:] for line in text(RESULTS / "README.md").splitlines() if line.startswith("> ")]
+    rendered = text(BUDGET / "summary.md").splitlines()
+    assert quoted and all(line in rendered for line in quoted), \
+        "quote the current answer from results/bible_budget/summary.md as it is rendered"
+
+
+def test_the_results_index_has_a_row_per_entry_and_the_archive_a_reason_per_item():
+    entries = sorted(p.name for p in RESULTS.iterdir())
+    assert len(entries) <= 12, f"results/ has {len(entries)} top-level entries (at most 12)"
+    index = text(RESULTS / "README.md")
+    rows = set(re.findall(r"^\| \[([^\]]+?)/?\]\(", index, re.M))  # [folder/](...) or [file.md](...)
+    assert rows == set(entries) - {"README.md"}, \
+        f"results/README.md: one row per entry; rows {sorted(rows)}, entries {entries}"
+    archive = text(RESULTS / "archive" / "README.md")
+    reasons = set(re.findall(r"^\| \[([^\]]+?)/\]\(", archive, re.M))
+    assert reasons == {p.name for p in (RESULTS / "archive").iterdir() if p.is_dir()}
+
+
+def test_no_model_binary_is_added_to_results():
+    found = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*.pt"))
+    assert found == COMMITTED_MODELS, \
+        "new models stay in the work directory (results/README.md, \"Model binaries\")"
