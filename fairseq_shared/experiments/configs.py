@@ -109,7 +109,7 @@ BUDGETS: Dict[str, Dict] = {
                  save_interval_updates=400, log_interval=25, seed=1, device="cpu",
                  **{**_DECODE_DEFAULTS, "subset": 200, "repeats": 2, "warmup_batches": 2}),
     # the tables on 2 CPU cores: all 14 default configurations, equal updates (~2 epochs of
-    # the Bible corpus); about 8 h on 2 dedicated cores (see results/README.md)
+    # the Bible corpus); about 8 h on 2 dedicated cores (see results/archive/bible/README.md)
     "small": dict(L=3, dim=256, ffn=1024, heads=4, max_update=600, max_minutes=None,
                   max_tokens=4096, lr=0.0015, warmup_updates=150, dropout=0.1, threads=2,
                   save_interval_updates=100, log_interval=20, seed=1, device="cpu",
