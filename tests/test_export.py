@@ -14,6 +14,10 @@ from helpers_data import data_bin, run_tool, trained_checkpoints, USER_DIR
 from helpers_model import TINY, parse_args
 
 torch.set_num_threads(1)
+#: a deep shared encoder under a shallow decoder: 12 layers over 6 sets by cycle_rev, 1 decoder
+#: layer (the budget's cycle_rev_4L_dec1)
+DEEP_SHARED_ENCODER = ["--encoder-layers", "12", "--encoder-share-strategy", "cycle_rev",
+                       "--encoder-unique-layers", "6", "--decoder-layers", "1"]
 
 
 def save_random_checkpoint(path, data, flags, seed=1):
@@ -165,6 +169,7 @@ def test_stock_fairseq_generate_without_user_dir_gives_the_same_translations(
     ["--encoder-layers", "3", "--decoder-layers", "4", "--encoder-share-strategy", "universal",
      "--decoder-share-strategy", "1,2,2,1", "--decoder-share-scope", "attn",
      "--encoder-share-scope", "ffn"],
+    DEEP_SHARED_ENCODER,  # issue 35: 12 encoder layers over 6 sets, 1 decoder layer
 ])
 def test_untrained_models_of_other_maps_and_scopes_export_exactly(flags, tmp_path, tmp_path_factory):
     """Untrained weights: long, arbitrary outputs up to the length limit (CTranslate2's and

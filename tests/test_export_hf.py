@@ -117,6 +117,20 @@ def test_post_ln_exports_to_fsmt_and_passes_the_check(tmp_path, tmp_path_factory
     assert check["search"]["identical"] == 12, check  # hypotheses cut at the limit of 6 too
 
 
+def test_a_deep_shared_encoder_under_one_decoder_layer_exports_to_hf(tmp_path, tmp_path_factory):
+    """issue 35: 12 encoder layers over 6 sets by cycle_rev, 1 decoder layer, pre-LN."""
+    from test_export import DEEP_SHARED_ENCODER, save_random_checkpoint
+
+    data = data_bin(tmp_path_factory)
+    path = save_random_checkpoint(tmp_path / "deep.pt", data,
+                                  [*DEEP_SHARED_ENCODER, *PRE_LN, "--share-all-embeddings"])
+    report = export(str(path), str(tmp_path / "out"), hf=True, data=str(data), sentences=6,
+                    max_len_b=9)
+    assert report["ok"] and report["hf"]["class"] == "M2M100ForConditionalGeneration"
+    check = report["verify"]["hf_vs_fairseq"]
+    assert check["model_agrees"] == 6 and check["max_abs_diff"] < 1e-4, check
+
+
 def test_a_corrupted_hf_export_fails_and_names_the_sentence(toy, tmp_path):
     from safetensors.torch import load_file, save_file
 

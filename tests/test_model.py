@@ -154,6 +154,54 @@ def test_cycle_rev_12_over_6_has_exactly_the_parameters_of_vanilla_6():
     assert count(shared) == count(vanilla)
 
 
+#: issue 35: a deep shared encoder under a shallow decoder, 12 layers over 6 sets by cycle_rev
+#: and 1 decoder layer (the budget's cycle_rev_4L_dec1), from the existing flags
+DEEP_SHARED_ENCODER = ["--encoder-layers", "12", "--encoder-share-strategy", "cycle_rev",
+                       "--encoder-unique-layers", "6", "--decoder-layers", "1"]
+
+
+def deep_shared_encoder(seed=1, extra=()):
+    model, task = build_model("shared_transformer", TINY + DEEP_SHARED_ENCODER + list(extra),
+                              seed=seed)
+    return model.eval().double(), task
+
+
+def test_deep_shared_encoder_shallow_decoder_decodes_incrementally_as_the_full_pass():
+    model, task = deep_shared_encoder()
+    assert model.sharing["encoder"].assignment == [0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0]
+    incremental, full, state = incremental_vs_full(model, task)
+    torch.testing.assert_close(incremental, full, rtol=0, atol=2e-6)
+    assert len(state) == 2  # 1 decoder layer x 2 attentions
+    src, lengths, _ = random_batch(task, bsz=4, seed=5)
+    for a, b in cached_and_recomputed_beams(model, task, src, lengths):
+        assert torch.equal(a["tokens"], b["tokens"])
+
+
+def test_deep_shared_encoder_has_exactly_the_parameters_of_vanilla_6_plus_1():
+    model, task = deep_shared_encoder(extra=["--share-all-embeddings"])
+    vanilla, _ = build_model("shared_transformer", TINY + [
+        "--encoder-layers", "6", "--decoder-layers", "1", "--share-all-embeddings"])
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert len(model.encoder.layers) == 12 and len(vanilla.encoder.layers) == 6
+    assert count(model) == count(vanilla) == model_params(
+        len(task.source_dictionary), len(task.target_dictionary), 16, 24,
+        model.sharing["encoder"].assignment, model.sharing["decoder"].assignment,
+        share_all_embeddings=True)
+
+
+def test_deep_shared_encoder_round_trips_bit_exact():
+    model, _ = deep_shared_encoder()
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    fresh, _ = deep_shared_encoder(seed=99)
+    fresh.load_state_dict(torch.load(buffer))
+    for (n1, p1), (n2, p2) in zip(model.named_parameters(remove_duplicate=False),
+                                  fresh.named_parameters(remove_duplicate=False)):
+        assert n1 == n2 and torch.equal(p1, p2)
+    assert fresh.encoder.layers[11].fc1.weight is fresh.encoder.layers[0].fc1.weight
+
+
 def test_state_dict_stores_each_tied_tensor_once_and_round_trips_bit_exact():
     model, _ = tiny("cycle_rev", "2", "all")
     state = model.state_dict()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -63,6 +64,31 @@ def test_unregistered_architecture_is_skipped_with_reason(toy, tmp_path):
     assert "not registered" in runs[1].skip_reason and runs[1].state() == "skipped"
     table = render_tables(collect_rows(runs, None), reproduce.load_budget("tiny"), None)
     assert "Future (skipped: architecture 'transformer_future' is not registered" in table
+
+
+def test_deep_shared_encoder_config_and_the_distilled_ones(toy, tmp_path):
+    """issue 35: 12+1 over 6 encoder sets has exactly 6+1's parameters; a ``data: distilled``
+    configuration trains on <corpus>/distilled/bin and is skipped, naming the command, without it."""
+    budget = reproduce.load_budget("tiny", ["L=3"])
+    names = "vanilla_2L_dec1,cycle_rev_4L_dec1,cycle_rev_4L_dec1_distilled"
+    plain, deep, distilled = make_plan(reproduce.select_configs(reproduce.CONFIGS, names, None),
+                                       budget, toy, str(tmp_path))
+    assert (deep.N, deep.M, deep.dec_N) == (12, 6, 1) and deep.params == plain.params
+    flags = " ".join(deep.model_flags())
+    assert ("--encoder-layers 12" in flags and "--encoder-share-strategy cycle_rev "
+            "--encoder-share-scope all --encoder-unique-layers 6" in flags)
+    assert "--decoder-layers 1" in flags and "--decoder-unique-layers" not in flags
+    assert "python -m fairseq_shared.cli.distill" in distilled.skip_reason
+    root = os.path.join(toy, "distilled")
+    os.makedirs(root)
+    with open(os.path.join(root, "manifest.json"), "w") as f:
+        f.write("{}")
+    try:
+        run = Run(distilled.config, budget, toy, str(tmp_path))
+        assert os.path.join(root, "bin") in run.train_command()
+        assert os.path.join(toy, "bin") not in run.train_command()
+    finally:
+        shutil.rmtree(root)
 
 
 def test_stale_command_detected(toy, tmp_path):

@@ -72,11 +72,31 @@ CONFIGS: List[Dict] = [
          arch="transformer_one_wide_ffn", strategy="none", encoder_strategy="universal",
          N="L", M="L", extra=["--encoder-share-scope", "ffn", "--encoder-ffn-embed-dim", "3077",
                               "--decoder-no-ffn"], default=False),
+    # issue 35: sharing where depth is cheap. Decoding time is in the decoder and the search,
+    # and the encoder runs once a sentence, so the encoder's depth is bought by sharing: 12
+    # encoder layers over 6 sets by cycle_rev (the existing flags: encoder strategy cycle_rev,
+    # decoder none) under 1 decoder layer, exactly 6+1's parameters (2,479,744 at the budget).
+    dict(name="cycle_rev_4L_dec1", tables=["budget"],
+         label="Cycle (rev), deep encoder 4L over 2L sets / decoder 1", strategy="none",
+         encoder_strategy="cycle_rev", N="4L", M="2L", decoder_N=1, default=False),
     # the paper's other row: vanilla with the decoder's FFNs dropped (2,018,176 parameters)
     dict(name="nodec_ffn", tables=["budget"], label="Vanilla, no decoder FFN",
          arch="transformer_one_wide_ffn_nodec", strategy="none", N="L", M="L",
          extra=["--decoder-no-ffn"], default=False),
 ]
+
+
+
+def _distilled(name: str) -> Dict:
+    """Configuration ``name`` trained on the teacher's distilled corpus
+    (:mod:`fairseq_shared.data.distill`): ``data: distilled`` trains on
+    ``<corpus>/distilled/bin``, whose valid and test sets keep their real references."""
+    config = next(c for c in CONFIGS if c["name"] == name)
+    return dict(config, name=f"{name}_distilled", label=f"{config['label']}, distilled",
+                tables=["budget"], data="distilled", default=False)
+
+
+CONFIGS += [_distilled(n) for n in ("vanilla", "vanilla_2L_dec1", "cycle_rev_4L_dec1")]
 
 TABLES = ("takase", "albert", "xiao")
 

@@ -28,3 +28,27 @@ def corpus_ready(root: str) -> bool:
             os.path.join(bin_dir, "dict.es.txt"), os.path.join(bin_dir, "test.es-en.en.bin"),
             os.path.join(bin_dir, "train.es-en.es.bin")]
     return all(os.path.exists(p) for p in need)
+
+
+#: ``data`` values of a configuration: where its training split comes from.
+TRAINING_DATA = ("raw", "distilled")
+
+
+def training_bin(data: str, config_data: str = "raw") -> str:
+    """The binarized directory a configuration trains on: the corpus's own, or with
+    ``data: distilled`` the teacher's distilled corpus ``<corpus>/distilled/bin``
+    (``python -m fairseq_shared.cli.distill`` writes it; docs/distill.md)."""
+    from fairseq_shared.timing import resolve_data
+
+    bin_dir, root = resolve_data(data)
+    if config_data == "raw":
+        return bin_dir
+    if config_data != "distilled":
+        raise SystemExit(f"configuration data: {config_data!r}; allowed: "
+                         f"{', '.join(TRAINING_DATA)}")
+    distilled = os.path.join(root or os.path.dirname(bin_dir), "distilled", "bin")
+    if not os.path.exists(os.path.join(os.path.dirname(distilled), "manifest.json")):
+        raise SystemExit(f"{distilled}: no distilled corpus (a configuration with data: "
+                         f"distilled trains on it); write it with python -m "
+                         f"fairseq_shared.cli.distill --teacher CKPT --data {data}")
+    return distilled

@@ -8,7 +8,7 @@ import statistics
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.configs import depths, resolve_count
-from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.corpus import corpus_paths, training_bin
 from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.sharing.assignment import DEFAULT_SCOPE, DEFAULT_STRATEGY, M_STRATEGIES
 
@@ -52,9 +52,9 @@ class Run:
 
     def train_command(self) -> List[str]:
         b = self.budget
-        bin_dir, src, tgt, joined = corpus_paths(self.data)
+        _, src, tgt, joined = corpus_paths(self.data)
         cmd = fairseq_command(
-               "train", bin_dir, "--task", "translation",
+               "train", training_bin(self.data, self.config.get("data", "raw")), "--task", "translation",
                "--source-lang", src, "--target-lang", tgt,
                *self.model_flags(),
                "--dropout", str(b["dropout"]),

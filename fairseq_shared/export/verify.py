@@ -39,22 +39,39 @@ def max_len(model, src_len: int, max_len_a: float, max_len_b: int) -> int:
     return min(int(max_len_a * src_len + max_len_b), limit)
 
 
-def _batches(dataset, ids: Sequence[int], batch_size: int):
-    for start in range(0, len(ids), batch_size):
-        yield dataset.collater([dataset[int(i)] for i in ids[start:start + batch_size]])
+def groups(dataset, ids: Sequence[int], batch_size: int, same_length: bool) -> List[List[int]]:
+    """``ids`` in batches of at most ``batch_size`` consecutive ids; with ``same_length``, of
+    one source length each: fairseq's length limit (``max_len_a`` > 0) reads the padded
+    length of a batch, so only such a batch gives every sentence its own limit (ids sorted by
+    length make such batches full)."""
+    out: List[List[int]] = []
+    for i in (int(i) for i in ids):
+        last = out[-1] if out else None
+        if (last is None or len(last) == batch_size
+                or same_length and dataset.src_sizes[i] != dataset.src_sizes[last[0]]):
+            out.append([])
+        out[-1].append(i)
+    return out
+
+
+def _batches(dataset, ids: Sequence[int], batch_size: int, same_length: bool = False):
+    for group in groups(dataset, ids, batch_size, same_length):
+        yield dataset.collater([dataset[i] for i in group])
 
 
 def fairseq_hypotheses(model, task, dataset, ids, beam=4, lenpen=1.0, max_len_a=0.0,
                        max_len_b=200, batch_size=16) -> Hypotheses:
+    """fairseq's beam search of ``model`` (a list of models: their ensemble, as
+    ``fairseq-generate --path a.pt:b.pt``)."""
     from fairseq.sequence_generator import SequenceGenerator
 
     generator = SequenceGenerator(
-        [model], task.target_dictionary, beam_size=beam, len_penalty=lenpen,
-        max_len_a=max_len_a, max_len_b=max_len_b,
+        model if isinstance(model, list) else [model], task.target_dictionary,
+        beam_size=beam, len_penalty=lenpen, max_len_a=max_len_a, max_len_b=max_len_b,
     )
     out: Hypotheses = {}
-    with torch.no_grad():  # fairseq's limit uses the padded batch length: 1 per batch then
-        for sample in _batches(dataset, ids, 1 if max_len_a else batch_size):
+    with torch.no_grad():  # fairseq's limit uses the padded batch length: one length a batch
+        for sample in _batches(dataset, ids, batch_size, same_length=bool(max_len_a)):
             hypos = generator.forward(sample)
             for k, sid in enumerate(sample["id"].tolist()):
                 best = hypos[k][0]
@@ -65,12 +82,11 @@ def fairseq_hypotheses(model, task, dataset, ids, beam=4, lenpen=1.0, max_len_a=
 def per_sentence_hypotheses(translate, model, dataset, ids, beam=4, lenpen=1.0, max_len_a=0.0,
                             max_len_b=200, batch_size=16) -> Hypotheses:
     """Another engine's hypotheses with fairseq's settings: ``translate(sources, beam, lenpen,
-    limit)`` -> ``[(ids with EOS, score)]``; one sentence per call when the length limit
-    depends on the source (``max_len_a`` > 0), since engines' limits are per batch."""
-    size = 1 if max_len_a else batch_size
+    limit)`` -> ``[(ids with EOS, score)]``; sentences of one source length per call when the
+    length limit depends on the source (``max_len_a`` > 0), since engines' limits are per
+    batch."""
     out: Hypotheses = {}
-    for start in range(0, len(ids), size):
-        chunk = [int(i) for i in ids[start:start + size]]
+    for chunk in groups(dataset, ids, batch_size, same_length=bool(max_len_a)):
         sources = [dataset[i]["source"] for i in chunk]
         limit = max_len(model, len(sources[0]), max_len_a, max_len_b)
         for sid, hyp in zip(chunk, translate(sources, beam, lenpen, limit)):
