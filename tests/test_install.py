@@ -11,8 +11,8 @@ import pytest
 from helpers_data import ENV, data_bin
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ["audit", "average", "convert-policy", "convert-sharing", "count-params", "export",
-           "learn-policy", "learn-sharing", "time-generate"]
+SCRIPTS = ["audit", "average", "convert-policy", "convert-sharing", "count-params", "distill",
+           "export", "learn-policy", "learn-sharing", "time-generate"]
 
 
 def test_pyproject_declares_every_console_script_with_a_main():
