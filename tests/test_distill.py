@@ -209,3 +209,5 @@ def test_sources_longer_than_the_teachers_positions_are_skipped_and_counted(
     assert manifest["skipped_source_too_long"] == {"sentences": too_long,
                                                    "max_source_positions": 7}
     assert manifest["distilled_sentences"] == 160 - too_long == len(targets(tmp_path / "out")[0])
+    assert manifest["engine"] == "fairseq"  # the export's check sentences are too long too
+    assert "over the model's --max-source-positions 7" in manifest["engine_reason"]

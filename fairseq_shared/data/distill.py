@@ -98,6 +98,8 @@ def choose_engine(teacher: Teacher, corpus_bin: str, out: str, settings: Dict,
                         sentences=check_sentences, threads=threads, **settings)
     except ExportError as e:
         return {"engine": "fairseq", "reason": f"the teacher does not export: {e}"}
+    except ValueError as e:  # a check sentence longer than the teacher's positions
+        return {"engine": "fairseq", "reason": f"the CTranslate2 export could not be checked: {e}"}
     check = report["verify"]["ct2_float32_vs_fairseq"]
     if not report["ok"]:
         return {"engine": "fairseq", "reason": f"the CTranslate2 export failed its check on "
