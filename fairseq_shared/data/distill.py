@@ -175,8 +175,6 @@ def _shard_ids(k: int, shard_size: int, n: int, kept) -> List[int]:
 def assemble(teacher: Teacher, dataset, out: str, corpus_bin: str) -> int:
     """``text/train.{src,tgt}`` from the shards, binarized into ``bin/`` with the teacher's
     dictionaries; the corpus's valid and test sets copied. Returns the sentences."""
-    from fairseq_shared.experiments.corpus import corpus_paths
-
     task = teacher.task
     src, tgt = task.cfg.source_lang, task.cfg.target_lang
     pairs = []
@@ -188,8 +186,8 @@ def assemble(teacher: Teacher, dataset, out: str, corpus_bin: str) -> int:
     text = os.path.join(out, "text")
     write_lines(os.path.join(text, f"train.{src}"), (s for s, _ in pairs))
     write_lines(os.path.join(text, f"train.{tgt}"), (t for _, t in pairs))
-    joined = corpus_paths(corpus_bin)[3]
     dicts = {lang: os.path.join(corpus_bin, f"dict.{lang}.txt") for lang in (src, tgt)}
+    joined = checks.same_content(*dicts.values())
     fairseq_preprocess(src, tgt, os.path.join(text, "train"), os.path.join(out, "bin"),
                        joined=joined, srcdict=dicts[src],
                        extra=() if joined else ("--tgtdict", dicts[tgt]))

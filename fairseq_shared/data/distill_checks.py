@@ -109,7 +109,7 @@ def check_dictionaries(teacher: str, trained_on: str, corpus_bin: str, sizes: Di
             raise DistillError(f"--data {corpus_bin}: no {name} (the teacher {teacher} needs "
                                "the dictionaries of the corpus it was trained on)")
         theirs = os.path.join(str(trained_on or ""), name)
-        if trained_on and os.path.exists(theirs) and not _same_file(ours, theirs):
+        if trained_on and os.path.exists(theirs) and not same_content(ours, theirs):
             a, b = _symbols(ours), _symbols(theirs)
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             raise DistillError(
@@ -127,7 +127,7 @@ def check_dictionaries(teacher: str, trained_on: str, corpus_bin: str, sizes: Di
                 "teacher was trained with; distil with the corpus of the teacher")
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_content(a: str, b: str) -> bool:
     if os.path.realpath(a) == os.path.realpath(b):
         return True
     with open(a, "rb") as fa, open(b, "rb") as fb:
