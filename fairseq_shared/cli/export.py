@@ -1,7 +1,7 @@
 """Export a fairseq-shared checkpoint for deployment (see README, "Export and deployment"):
 a translation model as fairseq's ``transformer``, a language model as its ``transformer_lm``.
 
-    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2] [--hf]
+    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2] [--hf [--hf-form stock]]
         [--quantization int8|int8_float32|float16] [--data DATA_BIN] [--sentences 100]
 """
 
@@ -13,8 +13,8 @@ from fairseq_shared.export.ct2 import QUANTIZATIONS
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="a fairseq-shared checkpoint (shared_transformer, not "
-                   "a SAN model, or shared_transformer_lm)")
+    p.add_argument("checkpoint", help="a fairseq-shared checkpoint (shared_transformer, or "
+                   "shared_transformer_lm; a SAN model with --hf only)")
     p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/ "
                    "(written beside it, moved into place once verified; it may hold only an "
                    "earlier export)")
@@ -24,9 +24,13 @@ def main(argv=None) -> int:
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="with --ct2: also a quantized CTranslate2 model in DIR/ct2_<type>")
     p.add_argument("--hf", action="store_true",
-                   help="also write DIR/hf: a Hugging Face transformers model (M2M100 for pre-LN, "
-                   "FSMT for post-LN), tokenizer and generation_config.json (needs the extra "
-                   "fairseq_shared[export])")
+                   help="also write DIR/hf: a Hugging Face transformers model, tokenizer and "
+                   "generation_config.json (needs the extra fairseq_shared[export]); see --hf-form")
+    p.add_argument("--hf-form", choices=("shared", "stock"),
+                   help="with --hf: shared (an M2M100 subclass shipped as remote code, each tied "
+                   "tensor stored once, SAN models too) or stock (M2M100 for pre-LN, FSMT for "
+                   "post-LN, tied layers written as copies); default: shared where it applies "
+                   "(pre-LN, not LoRA-relaxed), else stock")
     p.add_argument("--data", help="binarized data dir (dictionaries, verification sentences); "
                    "default: the checkpoint's own")
     p.add_argument("--subset", default="test", help="split whose sentences verify the export")
@@ -49,7 +53,7 @@ def main(argv=None) -> int:
             args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization, hf=args.hf,
             data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
             lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-            force=args.force,
+            force=args.force, hf_form=args.hf_form,
         )
     except (ExportError, CheckpointError) as e:
         print(f"export: error: {e}", file=sys.stderr)

@@ -4,11 +4,13 @@ set by every engine a user could deploy it with, at each batch size, one record 
 Engines: ``fairseq`` (the eager generator, with the decode trace), ``torchscript``
 (``torch.jit.script`` of fairseq's generator, what ``time_generate --script`` runs) and
 CTranslate2 ``ct2_float32`` and ``ct2_int8`` (through :func:`fairseq_shared.export.api.export`;
-a model that cannot be exported, SAN, records the reason instead). Per batch size, the engines
+a model that cannot be exported, SAN, records the reason instead) and ``hf``, the Hugging Face
+export (``generate()`` with the same settings; its shared form takes SAN models, so SAN's ratio
+over its vanilla shows in Hugging Face too). Per batch size, the engines
 of one model decode the same sentences in the same batches (:class:`timing.Session`), in
 interleaved timed passes after warm-up. Speed is read from the process's CPU time (one
 thread), wall clock beside it. Hypotheses of the engines that claim exactness (TorchScript,
-CTranslate2 float32) are compared with fairseq's, sentence by sentence.
+CTranslate2 float32, Hugging Face) are compared with fairseq's, sentence by sentence.
 """
 
 import os
@@ -16,8 +18,12 @@ import statistics
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8")
-EXACT = {"torchscript": True, "ct2_float32": True, "ct2_int8": False}  # claims identical output
+ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8", "hf")
+EXACT = {"torchscript": True, "ct2_float32": True, "ct2_int8": False,  # claims identical output
+         "hf": True}
+#: The export of each kind: its directory under the model's work directory, its flags.
+EXPORTS = {"ct2": ("export", dict(ct2=True, quantization="int8")),
+           "hf": ("export_hf", dict(hf=True))}
 SCHEMA = 1
 
 
@@ -58,15 +64,17 @@ def weights_bytes(model, path: str) -> int:
     return os.path.getsize(path)
 
 
-def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict) -> Dict:
-    """The CTranslate2 export of one model, or why it has none."""
+def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict,
+            kind: str = "ct2") -> Dict:
+    """The ``kind`` export (:data:`EXPORTS`) of one model, or why it has none."""
     from fairseq_shared.export.api import export
     from fairseq_shared.export.plain import ExportError
     from fairseq_shared.timing import resolve_data
 
-    out = os.path.join(work, name, "export")
+    sub, flags = EXPORTS[kind]
+    out = os.path.join(work, name, sub)
     try:
-        report = export(checkpoint, out, ct2=True, quantization="int8",
+        report = export(checkpoint, out, **flags,
                         data=resolve_data(data)[0], subset=settings["subset"],
                         sentences=settings["verify_sentences"], beam=settings["beam"],
                         lenpen=settings["lenpen"], max_len_a=settings["max_len_a"],
@@ -79,13 +87,13 @@ def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict) ->
                        and "identical" in v}}
 
 
-def _engines(name, checkpoint, data, settings, export_info):
+def _engines(name, checkpoint, data, settings, export_info, hf_info=None):
     """``{engine: runner or the reason it is unavailable}`` and the sessions to resize.
 
     One eager and one TorchScript session per model (loading and compiling once); the batch
     size is set on their configuration before each batch size's passes."""
     from fairseq_shared.timing import Session
-    from fairseq_shared.timing.ct2_engine import CT2Engine
+    from fairseq_shared.timing.ct2_engine import CT2Engine, HFEngine
 
     args = generate_args(settings, settings["batch_sizes"][0])
     subset, threads = settings["sentences"] or None, settings["threads"]
@@ -111,6 +119,13 @@ def _engines(name, checkpoint, data, settings, export_info):
         else:
             runners[engine] = CT2Engine(eager, os.path.join(export_info["dir"], sub), ctype,
                                         threads)
+    hf_info = hf_info or {"exportable": None, "reason": "not asked for (--engines)"}
+    if "hf" not in wanted:
+        runners["hf"] = "not asked for (--engines)"
+    elif not hf_info["exportable"]:
+        runners["hf"] = f"not exportable: {hf_info['reason']}"
+    else:
+        runners["hf"] = HFEngine(eager, os.path.join(hf_info["dir"], "hf"))
     return sessions, runners
 
 
@@ -171,14 +186,16 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
         export_info = _export(name, checkpoint, data, work, settings)
     else:
         export_info = {"exportable": None, "reason": "not asked for (--engines)"}
+    hf_info = (_export(name, checkpoint, data, work, settings, "hf")
+               if "hf" in settings["engines"] else None)
     from fairseq_shared.timing import machine
 
     record: Dict = {"schema": SCHEMA, "model": name, "checkpoint": os.path.abspath(checkpoint),
                     "settings": settings, "machine": machine.describe(),
-                    "export": export_info, "engines": {}}
+                    "export": export_info, "export_hf": hf_info, "engines": {}}
     for engine in ENGINES:
         record["engines"][engine] = {"available": True, "batch": {}}
-    sessions, runners = _engines(name, checkpoint, data, settings, export_info)
+    sessions, runners = _engines(name, checkpoint, data, settings, export_info, hf_info)
     session = sessions[0]
     live = [(e, r) for e, r in runners.items() if not isinstance(r, str)]
     for engine, r in runners.items():
@@ -228,6 +245,10 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
                     bin_path = os.path.join(export_info["dir"], sub, "model.bin")
                     record["engines"][engine].update(disk_bytes=os.path.getsize(bin_path),
                                                      disk_file="model.bin")
+            if hf_info and hf_info["exportable"]:
+                weights = os.path.join(hf_info["dir"], "hf", "model.safetensors")
+                record["engines"]["hf"].update(disk_bytes=os.path.getsize(weights),
+                                               disk_file="model.safetensors")
     return record
 
 

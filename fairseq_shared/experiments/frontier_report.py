@@ -293,7 +293,7 @@ def plots(rows: List[Dict], out: str) -> List[str]:
 
     plt = pyplot()
 
-    markers = dict(zip(ENGINES, ("o", "s", "^", "v")))
+    markers = dict(zip(ENGINES, ("o", "s", "^", "v", "D")))
     models = sorted({r["model"] for r in rows})
     colors = {m: f"C{i % 10}" for i, m in enumerate(models)}
     sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)

@@ -9,7 +9,9 @@ from fairseq_shared import checkpoint_io
 from fairseq_shared.export import ct2 as ct2_lib
 from fairseq_shared.export import directory
 from fairseq_shared.export import lm as lm_lib
-from fairseq_shared.export.plain import ExportError, load_shared, plain_checkpoint, write_plain
+from fairseq_shared.export.plain import (
+    ExportError, load_shared, plain_checkpoint, write_inputs, write_plain,
+)
 from fairseq_shared.export.outputs import planned_files, refuse_overwrite
 from fairseq_shared.export.verify import (
     TOLERANCES, check, ct2_hypotheses, fairseq_hypotheses, fairseq_scorer,
@@ -39,7 +41,8 @@ def load_plain(path: str, data: str):
 
 
 def validate(sentences: int, beam: int, lenpen: float, max_len_a: float, max_len_b: int,
-             quantization: Optional[str], ct2: bool) -> None:
+             quantization: Optional[str], ct2: bool, hf: bool = False,
+             hf_form: Optional[str] = None) -> None:
     """One-line :class:`ExportError` for a flag out of its range, before any work."""
     import math
 
@@ -58,6 +61,10 @@ def validate(sentences: int, beam: int, lenpen: float, max_len_a: float, max_len
             raise ExportError(f"{flag} {value}: must be {allowed}")
     if quantization and not ct2:
         raise ExportError("--quantization needs --ct2")
+    if hf_form is not None and not hf:
+        raise ExportError("--hf-form needs --hf")
+    if hf_form is not None and hf_form not in ("shared", "stock"):
+        raise ExportError(f"--hf-form: unknown value '{hf_form}'; allowed: shared, stock")
     if quantization is not None and quantization not in ct2_lib.QUANTIZATIONS:
         raise ExportError(
             f"--quantization: unknown value '{quantization}'; allowed: "
@@ -86,10 +93,12 @@ def _dict_names(loaded):
 def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optional[str] = None,
            hf: bool = False, data: Optional[str] = None, subset: str = "test", sentences: int = 100,
            beam: int = 4, lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
-           threads: int = 1, force: bool = False) -> Dict:
+           threads: int = 1, force: bool = False, hf_form: Optional[str] = None) -> Dict:
     """Write ``out_dir/checkpoint.pt`` (+ dictionaries) and, with ``ct2``, ``out_dir/ct2``
     (float32) and ``out_dir/ct2_<quantization>``, with ``hf`` ``out_dir/hf`` (a Hugging Face
-    model, tokenizer and generation configuration: :mod:`.hf`); verify on ``sentences`` sentences of
+    model, tokenizer and generation configuration: :mod:`.hf`, ``hf_form`` its form, None: the
+    shared one where it applies; a SAN model exports with ``hf`` only, and has no plain
+    checkpoint); verify on ``sentences`` sentences of
     ``subset`` (0: skip): a translation model by the check of :mod:`.verify` (teacher-forced
     scores of both engines' beam-search hypotheses, with ``beam``, ``lenpen``,
     ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
@@ -98,23 +107,23 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     earlier export (``force``: replace it whole). Written beside ``out_dir`` and moved into
     place only when the check passes (:mod:`.directory`). Returns the report (also
     ``out_dir/export.json``, with the sha256 of every file it vouches for)."""
-    validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2)
+    validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2, hf, hf_form)
     ct2_names = (["ct2"] + ([f"ct2_{quantization}"] if quantization else [])) if ct2 else []
     refuse_overwrite({"the input CHECKPOINT": checkpoint},
                      planned_files(out_dir, [], ct2_names, hf), out_dir)
-    loaded = load_shared(checkpoint, data)
+    loaded = load_shared(checkpoint, data, san=hf and not ct2)
     refuse_overwrite(_inputs(checkpoint, loaded),
                      planned_files(out_dir, _dict_names(loaded), ct2_names, hf), out_dir)
+    target = None
     if hf:
         from fairseq_shared.export import hf as hf_lib
 
         if lm_lib.is_language_model(loaded.model):
             raise ExportError("--hf: translation models only (a language model has no "
                               "stock encoder-decoder class to go to)")
-        hf_lib.target_class(loaded.cfg.model, loaded.task.source_dictionary,
-                            loaded.task.target_dictionary)  # refused before any writing
+        target = hf_lib.choose_target(loaded, hf_form)  # refused before any writing
     with directory.staged(out_dir, force) as staging:
-        report = _export_into(staging, checkpoint, loaded, ct2, quantization, hf, subset,
+        report = _export_into(staging, checkpoint, loaded, ct2, quantization, target, subset,
                               sentences, beam, lenpen, max_len_a, max_len_b, threads)
         report = _relocated(report, staging, out_dir)
         report["ok"] = _passed(report)
@@ -126,17 +135,22 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     return report
 
 
-def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization, hf: bool,
+def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization, hf_target,
                  subset: str, sentences: int, beam: int, lenpen: float, max_len_a: float,
                  max_len_b: int, threads: int) -> Dict:
     """Every file of the export written into ``out_dir`` (a staging directory), verified;
-    the report, its paths in ``out_dir``."""
+    the report, its paths in ``out_dir``. ``hf_target``: None, or the Hugging Face class and
+    the note of :func:`fairseq_shared.export.hf.choose_target`."""
     from fairseq_shared.timing import select_ids
+    from fairseq_shared.tools.checkpoints import uses_san
 
-    path = write_plain(loaded, out_dir)
+    san = uses_san(loaded.cfg.model)  # no plain fairseq layer takes another's attention
+    path = None if san else write_plain(loaded, out_dir)
+    if san:
+        write_inputs(loaded, out_dir)
     report: Dict = {"checkpoint": os.path.abspath(checkpoint), "plain_checkpoint": path,
                     "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
-    plain_model, _ = load_plain(path, out_dir)
+    plain_model = None if san else load_plain(path, out_dir)[0]
     ct2_dirs = {}
     if ct2:
         checkpoint_dict = plain_checkpoint(loaded, out_dir)
@@ -147,13 +161,16 @@ def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization,
                 "dir": target, **ct2_lib.size_report(target, loaded.model),
                 "max_input_length": ct2_lib.source_limit(plain_model)}
     hf_dir = None
-    if hf:
+    if hf_target:
         from fairseq_shared.export import hf as hf_lib
 
         hf_dir = os.path.join(out_dir, "hf")
         generation = dict(beam=beam, lenpen=lenpen, max_len_b=max_len_b)
-        target, notes = hf_lib.write(loaded, hf_dir, generation)
+        target, form_note = hf_target
+        notes = hf_lib.write(loaded, hf_dir, generation, target)
         report["hf"] = {"dir": hf_dir, "class": target, "tokenizer": notes,
+                        "form": "shared" if target == hf_lib.SHARED else "stock",
+                        **({"form_note": form_note} if form_note else {}),
                         **hf_lib.disk_report(hf_dir, loaded.model),
                         "generation_config": {**generation, "min_len": 1},
                         "not_in_generation_config": [
@@ -181,18 +198,24 @@ def verify_translation(shared_model, plain_model, task, dataset, ids, settings: 
                        ct2_dirs: Dict[str, str], threads: int = 1,
                        hf_dir: Optional[str] = None) -> Dict:
     """The check of :mod:`.verify` for every target: the plain checkpoint against the shared
-    model, each CTranslate2 model and the Hugging Face one against the plain one."""
+    model, each CTranslate2 model and the Hugging Face one against the plain one (a SAN
+    model, ``plain_model`` None: the Hugging Face one against the shared model)."""
     lenpen = settings["lenpen"]
 
     def describe(sid: int) -> str:
         return task.source_dictionary.string(dataset[int(sid)]["source"])
 
     shared = fairseq_hypotheses(shared_model, task, dataset, ids, **settings)
-    plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
+    report = {}
+    if plain_model is None:
+        plain_model, plain = shared_model, shared
+    else:
+        plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
     score_plain = fairseq_scorer(plain_model, dataset)
-    report = {"fairseq_plain_vs_shared": check(
-        shared, plain, fairseq_scorer(shared_model, dataset), score_plain,
-        TOLERANCES["fairseq_plain"], lenpen, describe)}
+    if plain_model is not shared_model:
+        report["fairseq_plain_vs_shared"] = check(
+            shared, plain, fairseq_scorer(shared_model, dataset), score_plain,
+            TOLERANCES["fairseq_plain"], lenpen, describe)
     for name, model_dir in ct2_dirs.items():
         decoder = ct2_lib.CT2Decoder(model_dir, task.source_dictionary, task.target_dictionary,
                                      threads=threads,
@@ -242,7 +265,7 @@ def _relocated(value, staging: str, out_dir: str):
 
 def summary(report: Dict) -> str:
     """A few lines for the terminal."""
-    lines = [f"plain fairseq model: {report['plain_checkpoint']}"]
+    lines = [f"plain fairseq model: {report['plain_checkpoint'] or 'none (a SAN model)'}"]
     lines += [f"  {stack}: {text}" for stack, text in report["sharing"].items()]
     for key, value in report.items():
         if key.startswith("ct2_"):
@@ -254,6 +277,8 @@ def summary(report: Dict) -> str:
             )
     if "hf" in report:
         h = report["hf"]
+        if h.get("form_note"):
+            lines.append(f"hf: {h['form_note']}")
         lines.append(f"hf: {h['dir']}  {h['class']}, model.safetensors {h['safetensors_bytes']:,} "
                      f"bytes = position tables ({h['position_table_bytes']:,}) + "
                      f"{h['ratio_to_unique']}x the unique fp32 weights "

@@ -1,32 +1,44 @@
-"""A translation model as a stock Hugging Face transformers class (``export --hf DIR``).
+"""A translation model as a Hugging Face transformers model (``export --hf DIR``).
 
-Which class computes which fairseq Transformer exactly (checked facts:
+Two forms (``--hf-form``):
+
+* ``shared`` (the default): :class:`~fairseq_shared.export.hf_shared_model.
+  FairseqSharedForConditionalGeneration`, M2M100 with each tied tensor stored once and SAN,
+  shipped as remote code beside the weights. It needs what M2M100 needs (below); a post-LN model,
+  a LoRA-relaxed one (its merged layers are no longer equal) or one without FFNs falls back to
+  the stock form when ``--hf-form`` is unset (:func:`choose_target` says so in the report).
+* ``stock``: a stock class, every tied layer written as a copy.
+
+Which stock class computes which fairseq Transformer exactly (checked facts:
 ``shared/reference/hf-export.md``):
 
 * pre-LN (``--encoder/decoder-normalize-before``) with final LayerNorms, one joined vocabulary
   and ``--share-all-embeddings`` -> ``M2M100ForConditionalGeneration``;
 * post-LN (no final norm) -> ``FSMTForConditionalGeneration`` (separate vocabularies allowed).
 
-Everything else is refused with the reason (:func:`target_class`). Relaxed sharing (LoRA deltas,
+Everything else is refused with the reason (:func:`target_class`). SAN models export to the
+shared form only. Relaxed sharing (LoRA deltas,
 untied norms or biases) is exported with each delta merged into its layer's weight, as the
 plain and CTranslate2 exports do; the check of :mod:`.verify` then shows the result computes the
 relaxed model.
 
-Weights keep fairseq's names under ``model.`` (the key map is the identity). Tied layers are
-written as independent copies: ``save_pretrained`` drops tensors that share memory, and a stock
-class would reload the dropped ones as random weights. The position tables are the classes'
+Weights keep fairseq's names under ``model.`` (the key map is the identity). In the stock form
+tied layers are written as independent copies: ``save_pretrained`` drops tensors that share
+memory, and a stock class would reload the dropped ones as random weights. The position tables are the classes'
 own (computed, not stored). transformers is imported here and only here (and in the other
 ``hf_*`` modules): it is the optional extra ``fairseq_shared[export]``.
 """
 
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from fairseq_shared.export.plain import ExportError
 
 M2M100, FSMT = "M2M100ForConditionalGeneration", "FSMTForConditionalGeneration"
+SHARED = "FairseqSharedForConditionalGeneration"
+FORMS = ("shared", "stock")  # --hf-form; unset: shared where it applies, else stock
 
 
 def _get(args, name, default=None):
@@ -72,8 +84,63 @@ def target_class(args, src_dict, tgt_dict) -> str:
     return target
 
 
-def config(target: str, args, src_dict, tgt_dict):
-    """The transformers configuration of the fairseq model."""
+def _shared_form_refusals(model) -> List[str]:
+    """Why the shared form cannot hold ``model`` (a pre-LN model M2M100 computes)."""
+    reasons = []
+    for stack, sharing in model.sharing.items():
+        if sharing.lora_rank:
+            reasons.append(f"the {stack} is LoRA-relaxed (its merged layers are no longer equal)")
+        if sharing.no_ffn:
+            reasons.append(f"the {stack}'s layers have no FFN")
+    return reasons
+
+
+def choose_target(loaded, form: Optional[str]) -> Tuple[str, Optional[str]]:
+    """The class to write (``form``: :data:`FORMS` or None) and, when an unset ``--hf-form``
+    falls back to the stock form, why; :class:`ExportError` for a model neither form takes."""
+    from fairseq_shared.tools.checkpoints import uses_san
+
+    args, task = loaded.cfg.model, loaded.task
+    stock = target_class(args, task.source_dictionary, task.target_dictionary)
+    reasons = _shared_form_refusals(loaded.model)
+    if stock != M2M100:
+        reasons.insert(0, "it is post-LN (the shared form is M2M100's pre-LN Transformer)")
+    san = uses_san(args)
+    if form == "stock" or (form is None and reasons and not san):
+        if san:
+            raise ExportError("--hf-form stock: a SAN model has no stock class (its followers "
+                              "take their attention from another layer); use --hf-form shared")
+        note = None if form else ("stock form (tied layers written as copies): "
+                                  + "; ".join(reasons))
+        return stock, note
+    if reasons:
+        raise ExportError("--hf-form shared: " + "; ".join(reasons) + (
+            "; a SAN model exports only to the shared form" if san else
+            "; allowed: --hf-form stock"))
+    return SHARED, None
+
+
+def shared_fields(model, args) -> Dict:
+    """The shared form's configuration: each stack's layer-to-set map, the names of the tied
+    parameters inside a layer (from the model's own ties), the SAN policy."""
+    from fairseq_shared.san.flags import san_config_from_args
+
+    tied: Dict[str, set] = {}
+    for alias in model.tied_aliases:
+        stack, _, index_name = alias.partition(".layers.")
+        tied.setdefault(stack, set()).add(index_name.partition(".")[2])
+    san = san_config_from_args(args)
+    return {
+        "layer_sets": {stack: list(s.assignment) for stack, s in model.sharing.items()},
+        "tied_names": {stack: sorted(names) for stack, names in tied.items()},
+        "san": {"self": san.self_policy, "cross": san.cross_policy,
+                "encoder": san.encoder_policy, "cross_reuse": san.cross_reuse},
+    }
+
+
+def config(target: str, args, src_dict, tgt_dict, shared: Optional[Dict] = None):
+    """The transformers configuration of the fairseq model (``shared``: the fields of
+    :func:`shared_fields`, for the shared form)."""
     import transformers
 
     common = dict(
@@ -91,6 +158,11 @@ def config(target: str, args, src_dict, tgt_dict):
         pad_token_id=tgt_dict.pad(), bos_token_id=tgt_dict.bos(), eos_token_id=tgt_dict.eos(),
         decoder_start_token_id=tgt_dict.eos(),  # fairseq's decoder starts from EOS
     )
+    if target == SHARED:
+        from fairseq_shared.export.hf_shared_model import FairseqSharedConfig
+
+        return FairseqSharedConfig(vocab_size=len(tgt_dict), tie_word_embeddings=True,
+                                   **shared, **common)
     if target == M2M100:
         return transformers.M2M100Config(vocab_size=len(tgt_dict), tie_word_embeddings=True,
                                          **common)
@@ -107,7 +179,7 @@ def hf_state_dict(target: str, plain: Dict[str, torch.Tensor]) -> Dict[str, torc
     for key, value in plain.items():
         if key.split(".")[-1] in skip or ".embed_positions." in key or key.endswith("version"):
             continue
-        if target == M2M100:
+        if target in (M2M100, SHARED):
             if key in ("encoder.embed_tokens.weight", "decoder.output_projection.weight"):
                 if not torch.equal(value, plain["decoder.embed_tokens.weight"]):
                     raise ExportError(f"--hf: {key} is not the decoder embedding, which "
@@ -124,15 +196,31 @@ def build(target: str, cfg, state: Dict[str, torch.Tensor]):
     """The class built from ``cfg`` with ``state`` loaded; every parameter accounted for."""
     import transformers
 
-    model = getattr(transformers, target)(cfg).eval()
+    if target == SHARED:
+        from fairseq_shared.export.hf_shared_model import FairseqSharedForConditionalGeneration
+
+        model = FairseqSharedForConditionalGeneration(cfg).eval()
+    else:
+        model = getattr(transformers, target)(cfg).eval()
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
             "lm_head.weight"}
-    missing = [k for k in missing if k not in tied and "embed_positions" not in k]
+    missing = [k for k in missing if k not in tied and "embed_positions" not in k
+               and k not in model.all_tied_weights_keys]
     if missing or unexpected:
         raise ExportError(f"--hf: the weights do not fit {target}: missing {missing[:5]}, "
                           f"unexpected {unexpected[:5]}")
     return model
+
+
+def check_ties(model, fairseq_model) -> None:
+    """:class:`ExportError` unless the shared form ties exactly the layers fairseq ties."""
+    ours = {t: s for t, s in model.all_tied_weights_keys.items() if ".layers." in t}
+    theirs = {f"model.{a}": f"model.{o}" for a, o in fairseq_model.tied_aliases.items()}
+    if ours != theirs:
+        differ = sorted(set(ours.items()) ^ set(theirs.items()))
+        raise ExportError(f"--hf: the shared form would tie other layers than the model does, "
+                          f"e.g. {differ[:3]}")
 
 
 def disk_report(out_dir: str, shared_model) -> Dict:
@@ -152,21 +240,30 @@ def disk_report(out_dir: str, shared_model) -> Dict:
     return {"safetensors_bytes": stored, "unique_fp32_weight_bytes": unique,
             "position_table_bytes": positions,
             "ratio_to_unique": round((stored - positions) / unique, 4),
-            "why": "tied layers written as copies (save_pretrained drops shared tensors)"}
+            "why": ("tied tensors stored once" if _is_shared_form(out_dir) else
+                    "tied layers written as copies (save_pretrained drops shared tensors)")}
 
 
-def write(loaded, out_dir: str, generation: Dict) -> Tuple[str, List[str]]:
-    """Write the model, tokenizer and generation configuration into ``out_dir``; return the
-    class name and the notes of the tokenizer."""
+def _is_shared_form(out_dir: str) -> bool:
+    import json
+
+    with open(os.path.join(out_dir, "config.json")) as f:
+        return json.load(f).get("model_type") == "fairseq_shared"
+
+
+def write(loaded, out_dir: str, generation: Dict, target: str) -> List[str]:
+    """Write the model as ``target`` (:func:`choose_target`), its tokenizer and generation
+    configuration into ``out_dir``; return the notes of the tokenizer."""
     from fairseq_shared.export import hf_generation, hf_tokenizer
     from fairseq_shared.export.plain import _sentencepiece_model
 
     task, args = loaded.task, loaded.cfg.model
     src, tgt = task.source_dictionary, task.target_dictionary
-    target = target_class(args, src, tgt)
-    model = build(target, config(target, args, src, tgt),
+    shared = shared_fields(loaded.model, args) if target == SHARED else None
+    model = build(target, config(target, args, src, tgt, shared),
                   hf_state_dict(target, loaded.model.full_state_dict()))
+    if target == SHARED:
+        check_ties(model, loaded.model)
     model.generation_config = hf_generation.generation_config(tgt, **generation)
     model.save_pretrained(out_dir)
-    notes = hf_tokenizer.write(out_dir, src, tgt, _sentencepiece_model(loaded.cfg))
-    return target, notes
+    return hf_tokenizer.write(out_dir, src, tgt, _sentencepiece_model(loaded.cfg))

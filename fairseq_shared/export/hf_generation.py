@@ -61,6 +61,8 @@ class HFEngine:
     def __init__(self, model_dir: str, pad: int, eos: int):
         import transformers
 
+        from fairseq_shared.export import hf_shared_model  # noqa: F401  (registers the shared form)
+
         self.model = transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
         self.pad, self.eos = pad, eos
 
@@ -70,12 +72,13 @@ class HFEngine:
         ids = torch.tensor([r + [self.pad] * (width - len(r)) for r in rows])
         return ids, ids.ne(self.pad).long()
 
-    def translate(self, sources, beam: int, lenpen: float, limit: int
+    def translate(self, sources, beam: int, lenpen: float, limit: int, min_len: int = 1
                   ) -> List[Tuple[List[int], float]]:
-        """fairseq's hypotheses: ``limit`` tokens at most before the EOS."""
+        """fairseq's hypotheses: ``limit`` tokens at most before the EOS, ``min_len`` at
+        least (HF counts the start token)."""
         ids, mask = self._inputs(sources)
         out = generate(self.model, ids, mask, max_length=limit + 2, num_beams=beam,
-                       length_penalty=lenpen)
+                       length_penalty=lenpen, min_length=min_len + 1)
         hyps = []
         for row, score in zip(out.sequences.tolist(), out.sequences_scores.tolist()):
             tokens = row[1:]

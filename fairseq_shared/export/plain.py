@@ -15,7 +15,8 @@ Post-LN ones are refused: there the sub-layer is ``LN(x + FFN(x))``, and with no
 
 SAN models are refused: a SAN follower layer takes its attention weights (self-attention)
 or its whole attention output (encoder-decoder attention) from another layer, which neither
-fairseq's Transformer layer nor CTranslate2's can do.
+fairseq's Transformer layer nor CTranslate2's can do. The shared Hugging Face form
+(:mod:`.hf_shared_model`) can: ``load_shared(..., san=True)`` opens them for it.
 """
 
 import argparse
@@ -50,9 +51,14 @@ TAKES = Takes("export", (architectures.MODEL, shared_lm.MODEL), san=(
     "Export a model trained without --san-* policies"), error=ExportError)
 
 
-def load_shared(path: str, data: Optional[str] = None) -> Loaded:
-    """Open a fairseq-shared checkpoint (``data`` overrides where the dictionaries are)."""
-    return open_checkpoint(path, "export", TAKES, expect=None, data=data)
+#: The same for an export to the shared Hugging Face form only, which takes SAN models.
+TAKES_SAN = Takes("export", TAKES.models, san=None, error=ExportError)
+
+
+def load_shared(path: str, data: Optional[str] = None, san: bool = False) -> Loaded:
+    """Open a fairseq-shared checkpoint (``data`` overrides where the dictionaries are;
+    ``san``: SAN models too)."""
+    return open_checkpoint(path, "export", TAKES_SAN if san else TAKES, expect=None, data=data)
 
 
 def plain_model_args(model_args) -> Dict:
@@ -174,11 +180,17 @@ def write_plain(loaded: Loaded, out_dir: str, name: str = "checkpoint.pt") -> st
     unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     if unsafe:  # a guarantee, not a hope: stock weights-only loading must accept it
         raise ExportError(f"{path}: the export pickled non-plain types {unsafe}")
+    write_inputs(loaded, out_dir)
+    return path
+
+
+def write_inputs(loaded: Loaded, out_dir: str) -> None:
+    """The dictionaries and the corpus's sentencepiece model, into ``out_dir``."""
+    os.makedirs(out_dir, exist_ok=True)
     write_dictionaries(loaded.task, out_dir)
     spm = _sentencepiece_model(loaded.cfg)
     if spm:
         shutil.copy(spm, os.path.join(out_dir, os.path.basename(spm)))
-    return path
 
 
 def _sentencepiece_model(cfg) -> Optional[str]:

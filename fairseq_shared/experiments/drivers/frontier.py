@@ -54,8 +54,8 @@ def build_parser():
     p.add_argument("--work", default=os.path.join("work", "frontier"),
                    help="exports and weight files, not committed (default work/frontier)")
     p.add_argument("--batch-sizes", type=_batch_sizes, default=[1, 32])
-    p.add_argument("--engines", type=_engines, default="fairseq,torchscript,ct2_float32,ct2_int8",
-                   help="engines to measure (default all four; fairseq is the reference)")
+    p.add_argument("--engines", type=_engines, default=",".join(ENGINES),
+                   help="engines to measure (default all; fairseq is the reference)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--max-len-a", type=float, default=1.2)
