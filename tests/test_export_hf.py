@@ -22,7 +22,8 @@ PRE_LN = ["--encoder-normalize-before", "--decoder-normalize-before"]
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """The sentencepiece toy corpus and a pre-LN cycle_rev 4+4 over 2 sets, 30 updates."""
+    """The sentencepiece toy corpus and a pre-LN cycle_rev 4+4 over 2 sets, 30 updates, in the
+    stock form (the shared one: test_hf_shared.py)."""
     from fairseq_shared.data.toydata import build_toy_corpus
 
     corpus = Path(build_toy_corpus(str(tmp_path_factory.mktemp("toy"))))
@@ -31,7 +32,8 @@ def toy(tmp_path_factory):
              "--max-update", "30", "--seed", "1", "--save-dir", save_dir,
              "--no-epoch-checkpoints", "--no-save-optimizer-state")
     out = tmp_path_factory.mktemp("hf_export")
-    report = export(str(save_dir / "checkpoint_last.pt"), str(out), hf=True, sentences=23)
+    report = export(str(save_dir / "checkpoint_last.pt"), str(out), hf=True, hf_form="stock",
+                    sentences=23)
     return corpus, save_dir / "checkpoint_last.pt", out, report
 
 
@@ -161,7 +163,8 @@ def test_models_no_stock_class_computes_are_refused_with_the_reason(tmp_path, tm
 
     data = data_bin(tmp_path_factory)
     cases = {
-        "san": (["--decoder-layers", "4", "--san-self-policy", "2,2"], "cannot export a SAN model"),
+        "san": (["--decoder-layers", "4", "--san-self-policy", "2,2"],
+                "a SAN model exports only to the shared form"),
         "no_final_norm": ([*PRE_LN, "--share-all-embeddings", "--no-decoder-final-norm"],
                           "--no-decoder-final-norm"),
         "separate_embeddings": (PRE_LN, "needs one joined vocabulary and --share-all-embeddings"),

@@ -36,7 +36,7 @@ def frontier_run(toy, ckpts, san_checkpoint, tmp_path_factory):
     assert frontier.main(argv) == 0
     # SAN without TorchScript (its compilation is the slow part of this test)
     assert frontier.main(["--checkpoints", f"san={san_checkpoint}", *common,
-                          "--engines", "fairseq,ct2_float32,ct2_int8"]) == 0
+                          "--engines", "fairseq,ct2_float32,ct2_int8,hf"]) == 0
     return out / "results", argv
 
 
@@ -50,7 +50,7 @@ def test_every_engine_of_an_exportable_model(frontier_run):
         rec = _record(out, name)
         assert rec["settings"]["threads"] == 1 and rec["sentences"] == SENTENCES
         engines = rec["engines"]
-        assert set(engines) == {"fairseq", "torchscript", "ct2_float32", "ct2_int8"}
+        assert set(engines) == {"fairseq", "torchscript", "ct2_float32", "ct2_int8", "hf"}
         for engine, e in engines.items():
             assert set(e["batch"]) == {"1", "3"}, (name, engine)
             for bs, c in e["batch"].items():
@@ -60,8 +60,8 @@ def test_every_engine_of_an_exportable_model(frontier_run):
                     c["tokens"] / statistics.median(c["cpu_seconds"]))
                 hyps = (out / c["hypotheses_file"]).read_text().splitlines()
                 assert len(hyps) == SENTENCES
-        # exactness: TorchScript and CTranslate2 float32 give fairseq's hypotheses
-        for engine in ("torchscript", "ct2_float32"):
+        # exactness: TorchScript, CTranslate2 float32 and Hugging Face give fairseq's hypotheses
+        for engine in ("torchscript", "ct2_float32", "hf"):
             for bs, c in engines[engine]["batch"].items():
                 assert c["exact_claimed"] and c["exact_ok"], (name, engine, bs, c)
                 assert c["identical"] == c["compared"] == SENTENCES
@@ -96,6 +96,8 @@ def test_san_is_recorded_as_not_exportable_with_the_reason(frontier_run):
         assert "cannot export a SAN model" in e["reason"]
     assert set(rec["engines"]["fairseq"]["batch"]) == {"1", "3"}
     assert rec["engines"]["torchscript"]["reason"] == "not asked for (--engines)"
+    # this post-LN SAN model has no Hugging Face form either (the shared form is pre-LN)
+    assert "a SAN model exports only to the shared form" in rec["engines"]["hf"]["reason"]
     text = (out / "frontier.md").read_text()
     assert "san ct2_float32: not exportable: cannot export a SAN model" in text
 

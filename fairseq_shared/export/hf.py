@@ -29,6 +29,7 @@ own (computed, not stored). transformers is imported here and only here (and in 
 ``hf_*`` modules): it is the optional extra ``fairseq_shared[export]``.
 """
 
+import io
 import os
 from typing import Dict, List, Optional, Tuple
 
@@ -225,7 +226,8 @@ def check_ties(model, fairseq_model) -> None:
 
 def disk_report(out_dir: str, shared_model) -> Dict:
     """Bytes on disk of the weights against the shared model's unique fp32 weights (plus the
-    sinusoidal position tables that FSMT stores as weights; M2M100 computes its own)."""
+    sinusoidal position tables that FSMT stores as weights; M2M100 computes its own), and
+    against fairseq's weights (``torch.save`` of its state dict)."""
     from safetensors import safe_open
 
     stored = positions = 0
@@ -237,8 +239,11 @@ def disk_report(out_dir: str, shared_model) -> Dict:
         with safe_open(path, "pt") as f:
             positions += sum(f.get_tensor(k).numel() * 4 for k in f.keys() if "embed_positions" in k)
     unique = sum(p.numel() * 4 for p in shared_model.parameters())
+    fairseq = io.BytesIO()
+    torch.save(shared_model.state_dict(), fairseq)  # what fairseq stores (tied tensors once)
     return {"safetensors_bytes": stored, "unique_fp32_weight_bytes": unique,
-            "position_table_bytes": positions,
+            "position_table_bytes": positions, "fairseq_weights_bytes": fairseq.tell(),
+            "ratio_to_fairseq": round(stored / fairseq.tell(), 4),
             "ratio_to_unique": round((stored - positions) / unique, 4),
             "why": ("tied tensors stored once" if _is_shared_form(out_dir) else
                     "tied layers written as copies (save_pretrained drops shared tensors)")}
