@@ -14,10 +14,12 @@ class TranslatorEngine:
     """``run_pass()`` decodes the session's batches with ``translate(sources, beam, lenpen,
     limit, min_len) -> [(target ids with EOS, score)]`` and returns ``(PassResult, {id: target
     ids with EOS})`` (no decode trace: the engine's search is not fairseq's to count); ``name``
-    names it in a sentence-count error."""
+    names it in a sentence-count error; ``torch_threads``: the engine computes with torch, whose
+    thread count the pass records (CTranslate2 has its own threads)."""
 
-    def __init__(self, session, translate: Callable, name: str):
+    def __init__(self, session, translate: Callable, name: str, torch_threads: bool = False):
         self.session, self.translate, self.name = session, translate, name
+        self.torch_threads = torch_threads
         self.max_positions = min(  # fairseq's limit; the task's when no model is loaded
             [m.max_decoder_positions() for m in session.models]
             or [session.task.cfg.max_target_positions])
@@ -45,8 +47,13 @@ class TranslatorEngine:
         if check:
             check_counts(s.ids, outputs, name=self.name)
         wall = time.perf_counter() - wall0
+        threads = None
+        if self.torch_threads:
+            import torch
+
+            threads = torch.get_num_threads()
         return PassResult(gen_seconds, wall, len(outputs), tokens, mem.peak / 2**20,
-                          (mem.peak - mem.start) / 2**20, cpu_seconds), outputs
+                          (mem.peak - mem.start) / 2**20, cpu_seconds, threads=threads), outputs
 
 
 def CT2Engine(session, model_dir: str, compute_type: str, threads: int) -> TranslatorEngine:
@@ -63,7 +70,7 @@ def HFEngine(session, model_dir: str) -> TranslatorEngine:
     from fairseq_shared.export.hf_generation import HFEngine as Decoder
 
     decoder = Decoder(model_dir, session.tgt_dict.pad(), session.tgt_dict.eos())
-    return TranslatorEngine(session, decoder.translate, model_dir)
+    return TranslatorEngine(session, decoder.translate, model_dir, torch_threads=True)
 
 
 def detokenize(session, outputs: Dict[int, List[int]]) -> List[str]:

@@ -46,6 +46,8 @@ def _engines(text):
 
 
 def build_parser():
+    from fairseq_shared.experiments.frontier import ENGINES
+
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoints", default="", help="NAME=PATH,NAME=PATH,... (the models)")
