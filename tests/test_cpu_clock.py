@@ -55,11 +55,3 @@ def test_process_tree_cpu_counts_busy_time_not_sleep(tmp_path):
         busy.kill()
         busy.wait()
 
-
-def test_the_trainer_threads_sleep_at_barriers_unless_told_otherwise():
-    """issue 38, item 8: spinning OpenMP threads collapse beside another busy process."""
-    from fairseq_shared.experiments.training import training_env
-
-    env = training_env(2, {"PATH": "/bin"})
-    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["OMP_WAIT_POLICY"]) == ("2", "2", "PASSIVE")
-    assert training_env(1, {"OMP_WAIT_POLICY": "ACTIVE"})["OMP_WAIT_POLICY"] == "ACTIVE"

@@ -1,38 +1,76 @@
-"""``scripts/thread_rate.py``: steady training rates from fairseq's log and the CPU log, and a
-real measurement on the toy corpus."""
+"""The one training-rate meter (``experiments/train_rate.py``, ``budget rates``): steady rates
+from fairseq's log and the CPU log, busy processes beside a measurement, the benchmark table,
+and a real measurement on the toy corpus."""
 
 import os
+import subprocess
 import sys
 
 import pytest
 
+from fairseq_shared.errors import FairseqSharedError
+from fairseq_shared.experiments import train_rate
 from helpers_queue import toy  # noqa: F401  (a fixture)
 
-
-@pytest.fixture
-def thread_rate():
-    """``scripts/thread_rate.py`` as a module."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-    import thread_rate as module
-
-    return module
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 
 
-def test_steady_rates_leave_out_the_first_interval(thread_rate):
+def test_steady_rates_leave_out_the_first_interval():
     inner = [{"ups": "0.5"}, {"ups": "2.0"}, {"ups": "2.5"}, {"ups": "1.5"}]
     cpu = [{"update": 0, "cpu": 0.0}, {"update": 25, "cpu": 40.0},  # start-up: left out
            {"update": 50, "cpu": 65.0}, {"update": 75, "cpu": 90.0}, {"update": 100, "cpu": 115.0}]
-    rates = thread_rate.steady_rates(inner, cpu)
+    rates = train_rate.steady_rates(inner, cpu)
     assert rates == {"steady_s_per_update": 0.5, "steady_cpu_s_per_update": 1.0,
                      "cores_busy": 2.0, "steady_updates": 75}
-    with pytest.raises(SystemExit, match="--updates: too few logged intervals"):
-        thread_rate.steady_rates(inner[:1], cpu[:2])
+    with pytest.raises(FairseqSharedError, match="--updates: too few logged intervals"):
+        train_rate.steady_rates(inner[:1], cpu[:2])
+
+
+def test_busy_processes_run_beside_the_block_and_are_stopped_after_it():
+    with train_rate.beside(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                assert f.read().split()[2] in "RS"  # alive (running or about to)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
+    with pytest.raises(RuntimeError), train_rate.beside(1) as pids:
+        raise RuntimeError("a failed measurement")
+    assert not os.path.exists(f"/proc/{pids[0]}")
+
+
+def test_the_benchmark_table_has_a_column_per_load_and_a_row_per_policy():
+    def row(policy, n, s, ran):
+        return {"config": "vanilla", "threads": 2, "requested_policy": policy, "beside": n,
+                "steady_s_per_update": s, "wait_policy": ran}
+
+    rows = [row("DEFAULT", 0, 0.333, "DEFAULT"), row("DEFAULT", 1, 0.97, "DEFAULT"),
+            row("AUTO", 0, 0.33, "DEFAULT"), row("AUTO", 1, 0.62, "PASSIVE")]
+    assert train_rate.table(rows).splitlines() == [
+        "| config | threads | wait policy | alone | beside 1 |", "|---|---|---|---|---|",
+        "| vanilla | 2 | DEFAULT | 0.33 (DEFAULT) | 0.97 (DEFAULT) |",
+        "| vanilla | 2 | AUTO | 0.33 (DEFAULT) | 0.62 (PASSIVE) |"]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--wait-policy", "DEFAULT,spin", "SPIN is not a wait policy; allowed: AUTO, DEFAULT"),
+    ("--beside", "0,-1", "-1 is out of range; allowed: an integer >= 0"),
+    ("--threads", "2,x", "'x' is not an integer"),
+])
+def test_rates_refuses_bad_flags_in_one_line(flag, value, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "fairseq_shared.cli.budget", "rates", "--data", "nowhere",
+         "--out", "nowhere.json", flag, value], capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"argument {flag}: {message}" in result.stderr
 
 
 @pytest.mark.slow
-def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(thread_rate, toy):
-    row = thread_rate.measure("vanilla", 1, toy, 12, "tiny_milestones")
+def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(toy):
+    row = train_rate.measure("vanilla", 1, toy, 12, "tiny_milestones", policy="PASSIVE")
     assert row["config"] == "vanilla" and row["updates"] == 12 and row["params"] > 0
+    assert row["wait_policy"] == "PASSIVE"  # as the trainer ran, from its train.log
     # log_interval 2: the intervals after the first span updates 2..12
     assert row["steady_updates"] == 10
     assert row["steady_cpu_s_per_update"] > 0 and row["steady_s_per_update"] > 0
@@ -42,3 +80,11 @@ def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(thread_ra
     # about 20 ms an update that one-off weighs (it read 1.7x once; 2 threads would read >2x
     # on top of it)
     assert row["steady_cpu_s_per_update"] < 3 * row["steady_s_per_update"]
+
+
+@pytest.mark.slow
+def test_beside_a_busy_process_auto_records_the_load_and_its_choice(toy):
+    row = train_rate.measure_beside(1, "vanilla", 1, toy, 12, "tiny_milestones", "AUTO")
+    assert row["beside"] == 1 and row["requested_policy"] == "AUTO"
+    assert row["busy_cores_measured"] >= 0.5  # the busy process, at this test's nice value
+    assert row["wait_policy"] in ("DEFAULT", "PASSIVE")

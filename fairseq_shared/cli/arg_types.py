@@ -31,3 +31,36 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: an integer >= 1")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (a count that may be none: busy processes beside a run)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer; allowed: >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: an integer >= 0")
+    return value
+
+
+def positive_int_list(text: str) -> list:
+    """Comma-separated integers >= 1 (thread counts: ``1,2``)."""
+    return [positive_int(part) for part in text.split(",")]
+
+
+def non_negative_int_list(text: str) -> list:
+    """Comma-separated integers >= 0 (``0,1,2``)."""
+    return [non_negative_int(part) for part in text.split(",")]
+
+
+def wait_policy_list(text: str) -> list:
+    """Comma-separated OpenMP wait policies (``DEFAULT,AUTO,PASSIVE``; any case)."""
+    from fairseq_shared.experiments.cpu_load import POLICIES
+
+    policies = [part.strip().upper() for part in text.split(",")]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0] or repr(bad[0])} is not a wait policy; "
+                                         f"allowed: {', '.join(POLICIES)}")
+    return policies

@@ -13,19 +13,15 @@ validation), the test perplexity and token count, the exact commands.
 
 import functools
 import json
-import math
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments import queue
-from fairseq_shared.experiments.cpu_clock import read_cpu_log
 from fairseq_shared.experiments.lm_runs import (LM_CONFIGS, evaluate, load_lm_budget,
                                                 plan_runs, readable)
 from fairseq_shared.experiments.run_record import record_run
-from fairseq_shared.experiments.training import log_records, train
 
 # The main rows with two seeds first (vanilla 3 and 6 layers, cycle_rev 6/3), then ALBERT's
 # attention-only rule with two seeds (the question of the issue), then the other sharings.
@@ -160,27 +156,20 @@ def estimate_minutes(items: Sequence[Tuple[str, int]], max_update: int, rates: L
 def measure_rate(name: str, data: str, work: str, updates: int = 40, interval: int = 10,
                  progress=print) -> Dict:
     """Seconds per update of ``name`` under the ``lm`` budget, from a fresh ``updates``-update
-    run: wall (fairseq's train_wall) and CPU seconds (the process tree) per update over the
-    logged intervals after the first one (which holds start-up and the first batches)."""
+    run, by the one rate meter (:func:`train_rate.measure_run`): wall (the median logged
+    interval) and CPU seconds (the process tree) per update after the first logged interval
+    (which holds start-up and the first batches)."""
+    from fairseq_shared.experiments.train_rate import measure_run
+
     _, bin_dir = lm_paths(data)
     budget = load_lm_budget("lm", [f"max_update={updates}", f"log_interval={interval}",
                                    "save_interval_updates=0"])
     run = plan_runs([name], budget, bin_dir, os.path.join(work, "rates"))[0]
     if run.skip_reason:
         raise RuntimeError(f"{name}: {run.skip_reason}")
-    shutil.rmtree(run.dir, ignore_errors=True)
-    t0 = time.time()
-    train(run, progress, 1, 1, t0)
-    wall = {int(float(r["num_updates"])): float(r["train_wall"])
-            for kind, r in log_records(os.path.join(run.dir, "train.log"))
-            if kind == "train_inner" and "train_wall" in r}
-    cpu = read_cpu_log(os.path.join(run.dir, "cpu.jsonl"))
-    cpu_at = {int(r["update"]): float(r["cpu"]) for r in cpu}
-    first, last = interval, max(wall)
-    timed = last - first
-    return {"name": name, "params": run.params, "updates_timed": timed,
-            "wall_s_per_update": sum(s for u, s in wall.items() if u > first) / timed,
-            "cpu_s_per_update": (cpu_at[last] - cpu_at[first]) / timed
-            if first in cpu_at and last in cpu_at else math.nan,
-            "run_wall_s": round(time.time() - t0, 1), "budget": budget,
-            "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    rates = measure_run(run, progress=progress)
+    return {"name": name, "params": run.params, "updates_timed": rates["steady_updates"],
+            "wall_s_per_update": rates["steady_s_per_update"],
+            "cpu_s_per_update": rates["steady_cpu_s_per_update"],
+            "wait_policy": rates["wait_policy"], "run_wall_s": rates["process_wall_s"],
+            "budget": budget, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -11,9 +11,9 @@ import signal
 import statistics
 import subprocess
 import time
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
-from fairseq_shared.experiments import child
+from fairseq_shared.experiments import child, cpu_load
 from fairseq_shared.experiments.cpu_clock import CpuLog
 from fairseq_shared.experiments.runs import Run
 
@@ -154,22 +154,31 @@ class _Progress:
                           f"{rec.get('valid_num_updates')}")
 
 
-def training_env(threads: int, environ=None) -> dict:
-    """The trainer's environment: ``threads`` OpenMP/MKL threads that sleep at barriers.
-
-    OpenMP's default spins at every barrier; beside another busy process a spinning thread
-    holds the core its partner waits for, and two-thread training fell from about 0.6 to 1.5
-    s/update (and far below beside two). The passive policy changes no number the run
-    computes, only how its threads wait; a caller's own ``OMP_WAIT_POLICY`` is kept."""
+def training_env(threads: int, environ=None, policy: str = "DEFAULT") -> dict:
+    """The trainer's environment: ``threads`` OpenMP/MKL threads that wait at barriers by a
+    decided ``policy`` (:func:`wait_policy`; ``DEFAULT``: OpenMP's own, the variable unset).
+    The policy changes no number the run computes, only how its threads wait."""
     env = dict(os.environ if environ is None else environ, OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return env
+    return cpu_load.apply_policy(env, policy)
 
 
-def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
+def wait_policy(threads: int, requested: Optional[str] = None, environ=None,
+                sample=cpu_load.sample_busy_cores) -> Tuple[str, Optional[str]]:
+    """(the trainer's decided wait policy, a load warning or ``None``): ``requested``, else the
+    caller's own ``OMP_WAIT_POLICY``, else ``AUTO``, which samples the machine's load
+    (:mod:`~fairseq_shared.experiments.cpu_load`)."""
+    environ = os.environ if environ is None else environ
+    flag = "--wait-policy" if requested else "OMP_WAIT_POLICY"
+    policy = cpu_load.check_policy(requested or environ.get("OMP_WAIT_POLICY") or "AUTO", flag)
+    return cpu_load.choose(policy, threads, sample() if policy == "AUTO" else None)
+
+
+def train(run: Run, progress, k: int, n: int, t_overall: float,
+          policy: Optional[str] = None) -> Dict:
     """Train (or resume) one configuration; returns its done.json content. A fairseq-train
-    child left by a killed worker (its pid in the run directory) is killed first."""
+    child left by a killed worker (its pid in the run directory) is killed first. ``policy``:
+    the OpenMP wait policy (:func:`wait_policy`; default ``AUTO``)."""
     child.kill_orphan(run.dir)
     state = run.state()
     if state == "stale":
@@ -183,7 +192,6 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
     with open(os.path.join(run.dir, "plan.json"), "w") as f:
         json.dump({"key": key, "command": cmd, "config": run.config, "budget": run.budget,
                    "params": run.params}, f, indent=2)
-    env = training_env(run.budget["threads"])
     log_path = os.path.join(run.dir, "train.log")
     resumed = os.path.exists(run.checkpoint)
     start_update = 0
@@ -202,9 +210,15 @@ def train(run: Run, progress, k: int, n: int, t_overall: float) -> Dict:
     progress(f"[train {k}/{n}] {run.name}: {'resuming from checkpoint_last.pt' if resumed else 'starting'}"
              f" (N={run.N}, M={run.M}, {run.strategy}/{run.scope}, "
              f"{run.params:,} params, max {run.budget['max_update']} updates)")
+    decided, warning = wait_policy(run.budget["threads"], policy)
+    env = training_env(run.budget["threads"], policy=decided)
+    if warning:
+        progress(f"[train {k}/{n}] {run.name}: {warning}")
     t0 = time.time()
     with open(log_path, "ab") as logf:
         logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
+        logf.write(f"# OMP_WAIT_POLICY {decided}"
+                   f"{' (' + warning + ')' if warning else ''}\n".encode())
         offset = logf.tell()
         # the child writes its own log: what it did survives this process
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,

@@ -5,6 +5,8 @@ updates (or its early stop), the test set decoded and committed at every milesto
     python -m fairseq_shared.cli.budget plan
     python -m fairseq_shared.cli.budget render
     python -m fairseq_shared.cli.budget validate --data work/bible [--commit]
+    python -m fairseq_shared.cli.budget rates --data work/bible --out RATES.json \
+        [--configs vanilla,...] [--threads 1,2] [--beside 0,1,2] [--wait-policy AUTO,...]
 
 ``run`` is a worker of the run queue (:mod:`fairseq_shared.experiments.queue`; one per core):
 the next item of :data:`fairseq_shared.experiments.budget_curve.QUEUE` that is neither finished
@@ -12,10 +14,16 @@ nor held by another worker. With ``--commit`` each milestone's files are committ
 they exist, and the final record when the run ends. ``render`` rebuilds ``RESULTS/tables.md``,
 ``RESULTS/budget_curves.png``, ``RESULTS/summary.md`` and the frontier of the final models
 (``RESULTS/frontier/``) from the committed files. ``validate`` gives the finished runs that
-predate it their averaged model's valid loss, as the final stage now measures it.
+predate it their averaged model's valid loss, as the final stage now measures it. ``rates``
+measures each configuration's steady seconds per update from scratch
+(:mod:`fairseq_shared.experiments.train_rate`), alone or beside ``--beside`` busy processes
+(the load benchmark, ``results/load_benchmark/``), under each ``--wait-policy``.
 """
 
+import json
+import os
 import sys
+import time
 
 from fairseq_shared.experiments import budget_curve, evidence, queue
 from fairseq_shared.experiments.queue_cli import Command, main as queue_main
@@ -61,13 +69,54 @@ def validate(args) -> int:
     return 0
 
 
+def add_rates_arguments(p):
+    from fairseq_shared.cli import arg_types
+
+    p.add_argument("--data", required=True, help="the prepared corpus")
+    p.add_argument("--out", required=True, help="the JSON file written (a Markdown table beside)")
+    p.add_argument("--configs", default="vanilla,vanilla_2L")
+    p.add_argument("--threads", type=arg_types.positive_int_list, default=[1, 2],
+                   help="thread counts, e.g. 1,2")
+    p.add_argument("--updates", type=arg_types.positive_int, default=150)
+    p.add_argument("--budget", default="budget_curve")
+    p.add_argument("--beside", type=arg_types.non_negative_int_list, default=[0],
+                   help="busy single-threaded processes beside each measurement, e.g. 0,1,2")
+    p.add_argument("--wait-policy", type=arg_types.wait_policy_list, default=["AUTO"],
+                   help="OpenMP wait policies, e.g. DEFAULT,AUTO,PASSIVE (default AUTO)")
+
+
+def rates(args) -> int:
+    from fairseq_shared.experiments import train_rate
+    from fairseq_shared.timing import machine
+
+    rows, started = [], time.strftime("%Y-%m-%d %H:%M:%S")
+    for name in args.configs.split(","):
+        for threads in args.threads:
+            for policy in args.wait_policy:
+                for n in args.beside:
+                    rows.append(train_rate.measure_beside(n, name, threads, args.data,
+                                                          args.updates, args.budget, policy))
+                    print(json.dumps(rows[-1]), flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump({"command": " ".join(["python -m fairseq_shared.cli.budget"] + sys.argv[1:]),
+                   "budget": args.budget, "started": started, "machine": machine.describe(),
+                   "rows": rows, "load_average_at_end": os.getloadavg()}, f, indent=1)
+    table = train_rate.table(rows)
+    with open(os.path.splitext(args.out)[0] + ".md", "w", encoding="utf-8") as f:
+        f.write(table)
+    print(table)
+    return 0
+
+
 COMMAND = Command(
     budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget",
     budget="budget_curve",
     items=lambda args: [queue.Item(n, s) for n, s in budget_curve.parse_queue(args.queue)],
     render=render, plan=plan,
     prepare=lambda args: evidence.snapshot_corpus(args.data, args.results),
-    commands={"validate": (add_validate_arguments, validate)})
+    commands={"validate": (add_validate_arguments, validate),
+              "rates": (add_rates_arguments, rates)})
 
 
 def main(argv=None):

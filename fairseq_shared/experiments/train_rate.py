@@ -1,0 +1,135 @@
+"""The one training-rate meter: seconds per update of a configuration trained from scratch, in
+its steady state, alone or beside busy processes, under an OpenMP wait policy.
+
+    python -m fairseq_shared.cli.budget rates --data work/bible \\
+        --out results/bible_budget/train_rate.json --configs vanilla,cycle_rev_2L --threads 2
+
+:func:`measure_run` trains a run (as the budget worker does, :func:`training.train`) and reads
+the steady state after fairseq's first logged interval (start-up, the first batches):
+wall seconds per update (median of the logged intervals) and CPU seconds per update of the
+fairseq-train process tree (``cpu.jsonl``, as every budget run records it). The budget rates
+(:func:`measure`) and the LM suite's (``lm_evidence.measure_rate``) both come from it.
+:func:`beside` starts busy single-threaded processes for the load benchmark
+(``--beside``), at the caller's nice value, and stops them.
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, Iterator, List, Sequence
+
+from fairseq_shared.errors import FairseqSharedError
+from fairseq_shared.experiments import cpu_load
+from fairseq_shared.experiments.cpu_clock import read_cpu_log
+from fairseq_shared.experiments.training import log_records, train
+
+BUSY_LOOP = "while True: pass"
+
+
+def steady_rates(inner: List[Dict], cpu: List[Dict]) -> Dict:
+    """Steady-state rates from fairseq's train_inner records and one attempt's cpu.jsonl
+    lines: the first logged interval (start-up, the first batches) is left out."""
+    ups = [float(r["ups"]) for r in inner[1:]]
+    logged = [r for r in cpu if r["update"] > 0]
+    if not ups or len(logged) < 2:
+        raise FairseqSharedError("--updates: too few logged intervals for a steady rate; "
+                                 "train at least 3 log intervals")
+    first, last = logged[0], logged[-1]
+    cpu_per_update = (last["cpu"] - first["cpu"]) / (last["update"] - first["update"])
+    wall_per_update = 1 / statistics.median(ups)
+    return {"steady_s_per_update": round(wall_per_update, 3),
+            "steady_cpu_s_per_update": round(cpu_per_update, 3),
+            "cores_busy": round(cpu_per_update / wall_per_update, 2),
+            "steady_updates": last["update"] - first["update"]}
+
+
+def logged_policy(log_path: str) -> str:
+    """The wait policy the last attempt in a train.log ran under (``training.train`` writes
+    it), or ``"?"``."""
+    policy = "?"
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("# OMP_WAIT_POLICY "):
+                policy = line.split()[2]
+    return policy
+
+
+def measure_run(run, policy: str = None, progress=lambda *a: None) -> Dict:
+    """Train ``run`` from scratch (its directory is emptied first) under ``policy``
+    (``training.wait_policy``); its steady rates, the policy it ran under, the process's wall
+    seconds."""
+    shutil.rmtree(run.dir, ignore_errors=True)
+    t0 = time.time()
+    train(run, progress, 1, 1, t0, policy=policy)
+    wall = time.time() - t0
+    log_path = os.path.join(run.dir, "train.log")
+    inner = [r for kind, r in log_records(log_path) if kind == "train_inner"]
+    rates = steady_rates(inner, read_cpu_log(os.path.join(run.dir, "cpu.jsonl")))
+    return {**rates, "wait_policy": logged_policy(log_path), "process_wall_s": round(wall, 1)}
+
+
+def measure(config_name: str, threads: int, data: str, updates: int, budget_name: str,
+            policy: str = None) -> Dict:
+    """One budget configuration's row: its budget-curve command shortened to ``updates``
+    updates without interval checkpoints, at ``threads`` threads."""
+    from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
+    from fairseq_shared.experiments.runs import make_plan
+
+    budget = load_budget(budget_name, [f"max_update={updates}", "save_interval_updates=0",
+                                       f"threads={threads}"])
+    with tempfile.TemporaryDirectory() as out:
+        run = make_plan(select_configs(CONFIGS, config_name, None), budget, data, out,
+                        log=lambda *a: None)[0]
+        rates = measure_run(run, policy)
+    return {"config": config_name, "threads": threads, "updates": updates, "params": run.params,
+            **rates}
+
+
+@contextlib.contextmanager
+def beside(n: int) -> Iterator[List[int]]:
+    """``n`` busy single-threaded processes (at this process's nice value) while the block
+    runs; their pids. Each is killed and reaped when the block ends, also on an error."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], stdin=subprocess.DEVNULL)
+             for _ in range(n)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+
+def measure_beside(n: int, config_name: str, threads: int, data: str, updates: int,
+                   budget_name: str, policy: str) -> Dict:
+    """:func:`measure` with ``n`` busy processes beside it; the row records them and the cores
+    busy at the trainer's nice value, sampled once they run."""
+    with beside(n):
+        load = cpu_load.sample_busy_cores(1.0) if n else None
+        row = measure(config_name, threads, data, updates, budget_name, policy)
+    return {**row, "beside": n, "requested_policy": policy,
+            "busy_cores_measured": round(load[0], 2) if load else None}
+
+
+def table(rows: Sequence[Dict]) -> str:
+    """Seconds per update of each configuration, threads and requested policy (rows) alone and
+    beside each count of busy processes (columns), as Markdown."""
+    counts = sorted({r["beside"] for r in rows})
+    head = ["config", "threads", "wait policy"] + [
+        "alone" if n == 0 else f"beside {n}" for n in counts]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = list(dict.fromkeys((r["config"], r["threads"], r["requested_policy"]) for r in rows))
+    for key in keys:
+        cells = []
+        for n in counts:
+            hit = [r for r in rows if (r["config"], r["threads"], r["requested_policy"]) == key
+                   and r["beside"] == n]
+            cells.append(f"{hit[0]['steady_s_per_update']:.2f} ({hit[0]['wait_policy']})"
+                         if hit else "-")
+        lines.append("| " + " | ".join([key[0], str(key[1]), key[2]] + cells) + " |")
+    return "\n".join(lines) + "\n"
