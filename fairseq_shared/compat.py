@@ -529,11 +529,11 @@ def report_checkpoint_errors_in_one_line() -> None:
 
     def excepthook(kind, error, traceback):
         from fairseq_shared.checkpoint_io import debug_enabled
-        from fairseq_shared.errors import FairseqSharedError
+        from fairseq_shared.errors import FairseqSharedError, one_line
 
         if issubclass(kind, FairseqSharedError) and not debug_enabled():
             tool = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
-            print(f"{tool}: error: {' '.join(str(error).split())} "
+            print(f"{tool}: error: {one_line(error)} "
                   f"(FAIRSEQ_SHARED_DEBUG=1 shows the traceback)", file=sys.stderr)
             return
         previous(kind, error, traceback)

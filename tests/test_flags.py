@@ -223,3 +223,66 @@ def test_count_params_names_an_unknown_architecture_and_lists_the_known(capsys):
     assert stop.value.code == 2 and "Traceback" not in err
     assert "unknown architecture nosuch_arch; allowed: any fairseq architecture" in err
     assert "transformer_cycle_rev" in err and "transformer_san" in err
+
+
+# ---- --{stack}-layers-to-keep: typed by the plug-in (issue 38, item 4) ------------------------
+def test_layers_to_keep_is_parsed_as_the_string_fairseq_splits():
+    from fairseq.tasks.translation import TranslationTask
+
+    from helpers_model import make_dictionary, parse_args
+
+    flags = TINY + ["--encoder-layers", "4", "--encoder-share-strategy", "cycle",
+                    "--encoder-unique-layers", "2"]
+    # fairseq's own type (ast.literal_eval) made 0,2 a list that its build_model cannot split
+    args = parse_args("shared_transformer", flags + ["--encoder-layers-to-keep", "0,2"])
+    assert args.encoder_layers_to_keep == "0,2"
+    model, _ = build_model("shared_transformer", flags + ["--encoder-layers-to-keep", "0, 2"])
+    assert len(model.encoder.layers) == 2
+    # --model-overrides "{'encoder_layers_to_keep': [0, 3]}" or 3: fairseq's parser never sees
+    # them; the model writes them back as the string
+    d = make_dictionary()
+    for override, kept in (([0, 3], 2), (3, 1)):
+        args = parse_args("shared_transformer", flags)
+        args.encoder_layers_to_keep = override
+        model = TranslationTask(args, d, d).build_model(args)
+        assert len(model.encoder.layers) == kept
+    args = parse_args("shared_transformer", flags)
+    args.encoder_layers_to_keep = "0;2"
+    with pytest.raises(SharingConfigError, match="^--encoder-layers-to-keep: '0;2' is not a "
+                       "comma-separated list of layer indices; allowed: indices from 0"):
+        TranslationTask(args, d, d).build_model(args)
+
+
+@pytest.mark.parametrize("text", [",", "0,,2", "x", "-1"])
+def test_a_malformed_layers_to_keep_stops_the_parser_in_one_line(text, capsys):
+    from helpers_model import parse_args
+
+    with pytest.raises(SystemExit) as stop:
+        parse_args("transformer_cycle_rev", ["--encoder-layers-to-keep", text])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert (f"error: argument --encoder-layers-to-keep: '{text}' is not a comma-separated list "
+            "of layer indices") in err
+
+
+@pytest.mark.slow
+def test_fairseq_train_states_a_negative_san_policy_and_a_bad_layer_list(tmp_path_factory):
+    """``--san-self-policy -1,7`` is argparse's own: a value starting with '-' that is not a
+    number reads as a flag (exit 2, "expected one argument"); the ``=`` form reaches the
+    policy's range check. ``--encoder-layers-to-keep ,`` was a SyntaxError traceback."""
+    from helpers_data import TINY_TRAIN, USER_DIR, data_bin, run_tool
+
+    base = [data_bin(tmp_path_factory), "--user-dir", USER_DIR, *TINY_TRAIN, "--max-update",
+            "1", "--save-dir", tmp_path_factory.mktemp("unused")]
+    code, out = run_tool("fairseq-train", *base, "--arch", "transformer_san",
+                         "--san-self-policy", "-1,7", check=False)
+    assert code == 2 and "Traceback" not in out
+    assert "error: argument --san-self-policy: expected one argument" in out
+    code, out = run_tool("fairseq-train", *base, "--arch", "transformer_san",
+                         "--san-self-policy=-1,7", check=False)
+    assert code == 1 and "Traceback" not in out
+    assert "fairseq-train: error: --san-self-policy: " in out
+    code, out = run_tool("fairseq-train", *base, "--arch", "transformer_cycle_rev",
+                         "--encoder-layers-to-keep", ",", check=False)
+    assert code == 2 and "Traceback" not in out
+    assert "argument --encoder-layers-to-keep: ',' is not a comma-separated list" in out

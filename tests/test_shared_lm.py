@@ -417,6 +417,33 @@ def test_fairseq_train_then_eval_lm(lm_run):
     assert 0 < lm_run["eval_loss"] < uniform  # learned something in 8 updates
 
 
+def test_a_model_under_the_other_kind_of_task_is_named_in_one_line(lm_run, tmp_path_factory):
+    """issue 38, item 4: a language model given to fairseq-generate was a size mismatch deep in
+    fairseq, a translation model given to fairseq-eval-lm an AttributeError; each is one line
+    naming the task, the model's kind and the command that runs it
+    (``models/config.check_task``)."""
+    from helpers_checkpoint import build_for_data, save_checkpoint
+    from helpers_data import data_bin
+
+    data = data_bin(tmp_path_factory)
+    args, _, model = build_for_data(data, "transformer_cycle_rev", [
+        "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-unique-layers", "1",
+        "--decoder-unique-layers", "1"])
+    translation = save_checkpoint(tmp_path_factory.mktemp("mt") / "mt.pt", args, model)
+    code, out = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--path",
+                         lm_run["checkpoint"], "--cpu", "--beam", "1", check=False)
+    assert code == 1 and "Traceback" not in out
+    assert ("fairseq-generate: error: this checkpoint is a language model and the task is "
+            "translation; a language model runs under --task language_modeling: use "
+            "fairseq-eval-lm") in out
+    code, out = run_tool("fairseq-eval-lm", lm_run["data"], "--path", translation,
+                         "--user-dir", USER_DIR, *EVAL_LM, check=False)
+    assert code == 1 and "Traceback" not in out
+    assert ("error: this checkpoint is a translation model and the task is "
+            "language_modeling; a translation model runs under --task translation: use "
+            "fairseq-generate (or fairseq-interactive)") in out
+
+
 def test_trained_checkpoint_stores_tied_weights_once_and_loads_weights_only(lm_run):
     path = str(lm_run["checkpoint"])
     raw = torch.load(path, weights_only=True)  # what checkpoint_utils does on torch >= 2.6

@@ -15,6 +15,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from fairseq_shared.checkpoint_io import DEBUG_ENV, debug_enabled
+from fairseq_shared.errors import one_line
 
 DEBUG_FLAG = "--debug"
 #: What a user can fix from the message alone.
@@ -27,10 +28,6 @@ def split_debug(argv: Sequence[str]) -> Tuple[List[str], bool]:
     end = argv.index("--") if "--" in argv else len(argv)
     ours = [a for a in argv[:end] if a != DEBUG_FLAG]
     return ours + argv[end:], len(ours) < end
-
-
-def one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
 
 
 def tool_name(module: str) -> str:

@@ -14,7 +14,7 @@ registered architectures are in :mod:`fairseq_shared.models.lm_architectures`.
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel
 
-from fairseq_shared.models.config import model_config
+from fairseq_shared.models.config import check_task, model_config
 from fairseq_shared.models.lm_config import STACK, SharedTransformerLanguageModelConfig
 from fairseq_shared.sharing.stacks import SharedStacksMixin
 
@@ -32,6 +32,7 @@ class SharedTransformerLanguageModel(SharedStacksMixin, TransformerLanguageModel
 
     @classmethod
     def build_model(cls, args, task):
+        check_task("language model", task)
         plan = model_config(args, stacks=(STACK,), san=False).sharing  # bad flags fail first
         model = super().build_model(args, task)  # fairseq shrinks a pruned decoder here
         model.apply_sharing(plan)

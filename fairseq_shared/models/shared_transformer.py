@@ -14,7 +14,7 @@ import logging
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 
-from fairseq_shared.models.config import add_args, model_config
+from fairseq_shared.models.config import add_args, check_task, model_config
 from fairseq_shared.san import SANTransformerDecoder, SANTransformerEncoder
 from fairseq_shared.sharing.stacks import SharedStacksMixin
 
@@ -40,6 +40,7 @@ class SharedTransformerModel(SharedStacksMixin, TransformerModel):
         from fairseq_shared.models.architectures import shared_base_architecture
 
         shared_base_architecture(args)
+        check_task("translation model", task)
         config = model_config(args)  # fail on bad flags before building anything
         plan, san = config.sharing, config.san
         model = super().build_model(args, task)  # fairseq shrinks pruned stacks here
