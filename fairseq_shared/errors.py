@@ -18,6 +18,18 @@ def printable(text) -> str:
     return str(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def printable_data(data):
+    """``data`` (dicts, lists, tuples, strings, numbers) with every string :func:`printable`:
+    for a JSON report, whose text must stay valid JSON."""
+    if isinstance(data, str):
+        return printable(data)
+    if isinstance(data, dict):
+        return {printable_data(k): printable_data(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [printable_data(v) for v in data]
+    return data
+
+
 def one_line(error: BaseException) -> str:
     """The message of ``error`` on one printable line; an ``OSError`` as ``PATH: cause`` (both
     paths of a rename or link: ``PATH -> PATH2: cause``)."""

@@ -203,3 +203,18 @@ def test_unequal_empty_and_undecodable_files_are_refused_with_file_and_line(tmp_
     (raw / "train.es").write_bytes(b"\n".join(lines))
     err = _one_line_error(_audit(raw))
     assert "train.es: line 4: byte 0xf1" in err and "not UTF-8" in err
+
+
+def test_a_path_that_is_not_utf8_is_reported_escaped(tmp_path):
+    """issue 38, item 4: audit.json raised UnicodeEncodeError for a directory named with a
+    Latin-1 byte; the reports and the printed lines show the byte as \\xff."""
+    import os
+
+    root = tmp_path / os.fsdecode(b"corpus\xff")
+    _write_corpus(root / "raw", {"train": TRAIN, "valid": HELD[2:], "test": HELD})
+    proc = _audit(root / "raw")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "corpus\\xff" in proc.stdout
+    report = json.loads((root / "audit.json").read_text(encoding="utf-8"))
+    assert report["raw_dir"].endswith("corpus\\xff/raw")
+    assert (root / "audit.md").read_text(encoding="utf-8")

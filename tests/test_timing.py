@@ -177,6 +177,29 @@ def test_cli_writes_md_csv_json(toy, ckpts, tmp_path, capsys):
     assert rc == 3
 
 
+def test_a_path_that_is_not_utf8_is_reported_escaped(toy, ckpts, tmp_path, capsys):
+    """issue 38, item 4: results.md raised UnicodeEncodeError for a checkpoint under a
+    directory named with a Latin-1 byte; every report shows the byte as \\xff."""
+    import shutil
+
+    from fairseq_shared.cli import time_generate
+
+    models = tmp_path / os.fsdecode(b"models\xff")
+    models.mkdir()
+    checkpoint = shutil.copy(ckpts["vanilla"], models / "checkpoint.pt")
+    out = tmp_path / os.fsdecode(b"dec\xff")
+    # unnamed: the model is named for its directory, so the byte is in every report's rows
+    assert time_generate.main([toy, "-c", str(checkpoint), "--warmup", "0", "--repeats", "1",
+                               "--threads", "1", "--subset", "3", "--out", str(out),
+                               "--", *GEN]) == 0
+    assert "wrote" in capsys.readouterr().err
+    for name in ("results.md", "results.csv"):
+        assert "models\\xff" in (out / name).read_text(encoding="utf-8"), name
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert data["results"][0]["checkpoint"].endswith("models\\xff/checkpoint.pt")
+    assert data["results"][0]["model"] == "models\\xff"
+
+
 def test_cpu_time_per_pass_and_summary(toy, ckpts, tmp_path):
     """Every pass also records the process's CPU time around the same inference_step calls;
     the summary, ratios, CSV, JSON and Markdown carry the CPU rates."""

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fairseq_shared.data import audit as library
+from fairseq_shared.errors import printable
 
 
 def main(argv=None):
@@ -26,8 +27,8 @@ def main(argv=None):
     raw = Path(args.raw_dir)
     missing = [f"train.{l}" for l in (args.src, args.tgt) if not (raw / f"train.{l}").exists()]
     if missing:
-        p.error(f"RAW_DIR {raw}: missing {', '.join(missing)} (need plain-text "
-                f"{{train,valid,test}}.{{{args.src},{args.tgt}}}; see --src/--tgt)")
+        p.error(printable(f"RAW_DIR {raw}: missing {', '.join(missing)} (need plain-text "
+                          f"{{train,valid,test}}.{{{args.src},{args.tgt}}}; see --src/--tgt)"))
     if args.k < 1:
         p.error(f"-k must be >= 1, got {args.k}")
     if args.max_contamination is not None:
@@ -39,14 +40,15 @@ def main(argv=None):
     try:
         report = library.audit_corpus(raw, args.src, args.tgt, args.splits, args.k)
     except library.AuditError as e:
-        print(f"audit: error: {e}", file=sys.stderr)
+        print(f"audit: error: {printable(e)}", file=sys.stderr)
         return 2
     paths = library.write_report(report, args.out or raw.parent)
-    print(library.render_markdown(report).split("\n## ")[0])
-    print(f"wrote {paths['md']} and {paths['json']}")
+    print(printable(library.render_markdown(report).split("\n## ")[0]))
+    print(printable(f"wrote {paths['md']} and {paths['json']}"))
     if args.max_contamination is not None and "test" not in report["splits"]:
-        print(f"error: --max-contamination: no test split to check in {raw} "
-              f"({', '.join(report['absent'].get('test', ['test files']))} absent)", file=sys.stderr)
+        print(printable(f"error: --max-contamination: no test split to check in {raw} "
+                        f"({', '.join(report['absent'].get('test', ['test files']))} absent)"),
+              file=sys.stderr)
         return 1
     if args.max_contamination is not None:
         share = library.test_contamination(report)

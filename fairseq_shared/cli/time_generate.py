@@ -20,6 +20,7 @@ import os
 import sys
 
 from fairseq_shared.cli.errors import command
+from fairseq_shared.errors import printable
 
 
 def build_parser():
@@ -90,15 +91,16 @@ def main(argv=None):
             checkpoints, args.data, gen, baseline=args.baseline, warmup=args.warmup,
             warmup_batches=args.warmup_batches, repeats=args.repeats, subset=args.subset,
             force=args.force_lengths, threads=args.threads, references=args.references,
-            script=args.script, progress=lambda m: print(m, file=sys.stderr, flush=True),
+            script=args.script,
+            progress=lambda m: print(printable(m), file=sys.stderr, flush=True),
         )
     except DroppedSentencesError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
+        print(f"ERROR: {printable(e)}", file=sys.stderr)
         return 3
-    print(markdown_table(report))
+    print(printable(markdown_table(report)))
     if args.out:
         paths = write_report(report, args.out, trace=args.trace)
-        print(f"wrote {', '.join(paths.values())}", file=sys.stderr)
+        print(printable(f"wrote {', '.join(paths.values())}"), file=sys.stderr)
     return 0
 
 

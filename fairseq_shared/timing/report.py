@@ -6,6 +6,7 @@ import json
 import os
 from typing import Dict, List
 
+from fairseq_shared.errors import printable, printable_data
 from fairseq_shared.markdown import fmt
 from fairseq_shared.timing.results import BenchmarkReport
 
@@ -87,14 +88,15 @@ def write_report(report: BenchmarkReport, out_dir: str, prefix: str = "results",
     os.makedirs(out_dir, exist_ok=True)
     paths = {k: os.path.join(out_dir, f"{prefix}.{k}") for k in ("md", "csv", "json")}
     with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(markdown_table(report))
+        f.write(printable(markdown_table(report)))  # a path that is not UTF-8: escaped, \xff
     with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS + ["settings"])
         w.writeheader()
         for r in report.rows():
-            w.writerow({**{k: r[k] for k in CSV_FIELDS}, "settings": json.dumps(report.settings)})
+            w.writerow(printable_data({**{k: r[k] for k in CSV_FIELDS},
+                                       "settings": json.dumps(report.settings)}))
     with open(paths["json"] + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(report.to_json(), f, indent=2, default=str)
+        json.dump(printable_data(report.to_json()), f, indent=2, default=str)
     os.replace(paths["json"] + ".tmp", paths["json"])
     for m in report.models:
         with open(os.path.join(out_dir, f"hyp.{m.name}.txt"), "w", encoding="utf-8") as f:
