@@ -53,14 +53,3 @@ def non_negative_int_list(text: str) -> list:
     """Comma-separated integers >= 0 (``0,1,2``)."""
     return [non_negative_int(part) for part in text.split(",")]
 
-
-def wait_policy_list(text: str) -> list:
-    """Comma-separated OpenMP wait policies (``DEFAULT,AUTO,PASSIVE``; any case)."""
-    from fairseq_shared.experiments.cpu_load import POLICIES
-
-    policies = [part.strip().upper() for part in text.split(",")]
-    bad = [p for p in policies if p not in POLICIES]
-    if bad:
-        raise argparse.ArgumentTypeError(f"{bad[0] or repr(bad[0])} is not a wait policy; "
-                                         f"allowed: {', '.join(POLICIES)}")
-    return policies

@@ -15,7 +15,8 @@ of the same final models in ``RESULTS/frontier/``, whose table, pick and plots i
 
 The runs' own CPU totals come from several machines and loads, so training cost is compared
 with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
-update, measured on one machine in one run (``scripts/thread_rate.py``). The CPU-hours axis is
+update, measured on one machine in one run (``python -m fairseq_shared.cli.budget rates``,
+formerly ``scripts/thread_rate.py``). The CPU-hours axis is
 then updates times that rate.
 """
 

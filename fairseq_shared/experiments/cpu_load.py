@@ -103,6 +103,19 @@ def sample_busy_cores(seconds: float = SAMPLE_SECONDS,
     return busy_cores(before, after, niced=os.nice(0) > 0), after["cpus"]
 
 
+def policy_list(text: str) -> list:
+    """``--wait-policy``'s argparse type: comma-separated policies (``DEFAULT,AUTO,PASSIVE``;
+    any case)."""
+    import argparse
+
+    policies = [part.strip().upper() for part in text.split(",")]
+    bad = [p for p in policies if p not in POLICIES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0] or repr(bad[0])} is not a wait policy; "
+                                         f"allowed: {', '.join(POLICIES)}")
+    return policies
+
+
 def check_policy(policy: str, flag: str = "--wait-policy") -> str:
     """``policy`` upper-cased, or a one-line error naming ``flag`` and :data:`POLICIES`."""
     from fairseq_shared.errors import FairseqSharedError

@@ -71,6 +71,7 @@ def validate(args) -> int:
 
 def add_rates_arguments(p):
     from fairseq_shared.cli import arg_types
+    from fairseq_shared.experiments.cpu_load import policy_list
 
     p.add_argument("--data", required=True, help="the prepared corpus")
     p.add_argument("--out", required=True, help="the JSON file written (a Markdown table beside)")
@@ -81,7 +82,7 @@ def add_rates_arguments(p):
     p.add_argument("--budget", default="budget_curve")
     p.add_argument("--beside", type=arg_types.non_negative_int_list, default=[0],
                    help="busy single-threaded processes beside each measurement, e.g. 0,1,2")
-    p.add_argument("--wait-policy", type=arg_types.wait_policy_list, default=["AUTO"],
+    p.add_argument("--wait-policy", type=policy_list, default=["AUTO"],
                    help="OpenMP wait policies, e.g. DEFAULT,AUTO,PASSIVE (default AUTO)")
 
 
