@@ -22,26 +22,24 @@ def unit_interval_list(text: str) -> list:
     return [unit_interval(part) for part in text.split(",")]
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (a count: sentences, tokens, sets, rounds, updates)."""
+def _int_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer; allowed: >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: an integer >= 1")
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer; allowed: >= {least}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: an integer >= {least}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (a count: sentences, tokens, sets, rounds, updates)."""
+    return _int_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """An integer >= 0 (a count that may be none: busy processes beside a run)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer; allowed: >= 0") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: an integer >= 0")
-    return value
+    return _int_at_least(text, 0)
 
 
 def positive_int_list(text: str) -> list:
