@@ -14,7 +14,7 @@ sysdeps:
 	bash scripts/install_system_packages.sh
 
 test: venv sysdeps
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile --durations=15 tests
 
 # the edit-test loop: every test that starts no fairseq-train, torchrun, corpus build or venv
 test-fast: venv
