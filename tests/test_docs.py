@@ -69,11 +69,47 @@ def test_every_relative_link_resolves():
     assert not broken, "\n".join(broken)
 
 
+#: A quote of a command that is gone is historical when the text just before it says at which
+#: commit it ran ("ran at commit a109b73 as:"); the module must exist at that commit.
+HISTORICAL = re.compile(r"at commit ([0-9a-f]{7,40})\b[^`]{0,200}?`{0,3}(?:bash)?\s*"
+                        r"(?:[A-Z_]+=\S+ )*(?:\S*/)?python -m $", re.S)
+
+
+def existed_at(commit: str, dotted: str) -> bool:
+    """Whether ``fairseq_shared.a.b`` was a module at ``commit`` (True without git history)."""
+    import subprocess
+
+    if not (ROOT / ".git").exists():
+        return True
+    base = "/".join(dotted.split("."))
+    return any(subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:{path}"],
+                              capture_output=True).returncode == 0
+               for path in (f"{base}.py", f"{base}/__init__.py"))
+
+
+def python_m_quotes(body: str):
+    """``(module, commit)`` of every ``python -m fairseq_shared...`` quote; commit is the one
+    a historical quote names, else None."""
+    for m in re.finditer(r"python -m (fairseq_shared(?:\.[a-z_]\w*)+)", body):
+        before = HISTORICAL.search(body[max(0, m.start() - 260):m.start() + len("python -m ")])
+        yield m.group(1), before.group(1) if before else None
+
+
 def test_every_python_m_command_names_a_module_that_exists():
-    missing = sorted({f"{page.relative_to(ROOT)}: {m}" for page in PAGES + RESULT_PAGES
-                      for m in re.findall(r"python -m (fairseq_shared(?:\.[a-z_]\w*)+)", text(page))
-                      if module_file(m) is None})
+    missing = sorted({f"{page.relative_to(ROOT)}: {m}" + (f" (at commit {at})" if at else "")
+                      for page in PAGES + RESULT_PAGES for m, at in python_m_quotes(text(page))
+                      if (module_file(m) is None if at is None else not existed_at(at, m))})
     assert not missing, "\n".join(missing)
+
+
+def test_a_historical_quote_names_its_commit():
+    body = ("It ran at commit a109b73 as:\n\n```bash\nOMP_NUM_THREADS=2 .venv/bin/python -m "
+            "fairseq_shared.cli.reproduce --data x\n```\nthen `python -m fairseq_shared.cli.gone`.")
+    assert list(python_m_quotes(body)) == [("fairseq_shared.cli.reproduce", "a109b73"),
+                                           ("fairseq_shared.cli.gone", None)]
+    if (ROOT / ".git").exists():
+        assert existed_at("a109b73", "fairseq_shared.cli.reproduce")
+        assert not existed_at("a109b73", "fairseq_shared.cli.no_such_command")
 
 
 def test_every_script_quoted_in_the_results_readmes_exists():

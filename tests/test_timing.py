@@ -1,8 +1,8 @@
 """fairseq_shared.timing and the time_generate CLI on a tiny synthetic corpus and tiny models.
 
-The two checkpoints come from ``reproduce`` with the ``tiny`` budget (vanilla 2+2 and
-cycle_rev 4+4 over 2 sets, 8 updates each); the run directory is shared with
-test_reproduce/test_main_job through pytest's base temp dir, so whichever runs first trains.
+The two checkpoints come from the main job's training stage with the ``tiny`` budget (vanilla
+2+2 and cycle_rev 4+4 over 2 sets, 8 updates each); the run directory is shared with
+test_main_job through pytest's base temp dir, so whichever runs first trains.
 """
 
 import json
@@ -25,13 +25,12 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ckpts(toy, tmp_path_factory):
-    from fairseq_shared.experiments.drivers import reproduce
+    from fairseq_shared.experiments.configs import load_budget
+    from fairseq_shared.experiments.drivers import main_job
 
     out = str(tmp_path_factory.getbasetemp() / "work" / "main_job")
-    configs = reproduce.select_configs(reproduce.CONFIGS, "vanilla,cycle_rev_2L", None)
-    result = reproduce.reproduce(toy, out, reproduce.load_budget("tiny"), configs,
-                                 skip_decode=True, progress=lambda m: None)
-    return {r.name: r.checkpoint for r in result["runs"]}
+    records = main_job.train_models(toy, out, load_budget("tiny"), progress=lambda m: None)
+    return {name: r["checkpoint"] for name, r in records.items()}
 
 
 def raw_refs(toy, split="test"):

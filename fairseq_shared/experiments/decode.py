@@ -1,6 +1,6 @@
-"""Decoding every trained configuration in one interleaved timing run (cached by a key over
-the checkpoints and the decode settings), and the corpus's lookup baseline on the same
-sentences."""
+"""Decoding settings of a budget, the main job's models decoded in one interleaved timing run
+(cached by a key over the checkpoints and the decode settings), and the corpus's lookup
+baseline on the same sentences."""
 
 import hashlib
 import json
@@ -8,7 +8,6 @@ import os
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.corpus import corpus_paths
-from fairseq_shared.experiments.runs import Run
 
 def decode_args(budget: Dict) -> List[str]:
     args = ["--beam", str(budget["beam"]), "--lenpen", str(budget["lenpen"]),
@@ -20,12 +19,11 @@ def decode_args(budget: Dict) -> List[str]:
     return args
 
 
-def decode_all(runs: List[Run], budget: Dict, data: str, out: str, progress) -> Dict:
-    """One interleaved timing run over every trained configuration (cached)."""
+def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progress) -> Dict:
+    """One interleaved timing run over the checkpoints ``{name: path}`` (cached by a key over
+    them and the decode settings), the report written to ``<out>/decode/``."""
     from fairseq_shared import timing
 
-    trained = [r for r in runs if not r.skip_reason]
-    ckpts = {r.name: r.checkpoint for r in trained}
     settings = {k: budget[k] for k in ("beam", "lenpen", "batch_size", "subset", "repeats",
                                        "warmup_passes", "warmup_batches", "max_len_a",
                                        "max_len_b", "decode_threads", "device")}

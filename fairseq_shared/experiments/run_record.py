@@ -43,7 +43,10 @@ def train_run(run, ident: str, progress=print) -> Dict:
     """Train (or finish) ``run`` (restartable); returns its done.json content."""
     if run.skip_reason:
         raise RuntimeError(f"{ident}: {run.skip_reason}")
-    if run.state() != "done":
+    if run.state() == "done":
+        progress(f"[train] {run.name}: already trained ({run.done_info()['updates']} updates); "
+                 "skipped")
+    else:
         train(run, progress, 1, 1, time.time())
     return run.done_info()
 

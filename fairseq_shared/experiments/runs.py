@@ -1,10 +1,9 @@
-"""One configuration under one budget (:class:`Run`: its training command, its state on disk)
-and the plan of a reproduction (parameter counts, what is left, how long it will take)."""
+"""One configuration under one budget (:class:`Run`: its training command, its state on disk),
+its parameter count, and a plan of several (:func:`make_plan`, :func:`print_plan`)."""
 
 import hashlib
 import json
 import os
-import statistics
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.configs import depths, resolve_count
@@ -124,9 +123,6 @@ class Run:
             return "partial" if os.path.exists(self.checkpoint) else "started"
         return "new"
 
-    def layer_cost(self) -> int:
-        return self.N + self.dec_N  # layers run per update (encoder + decoder)
-
 
 def count_params(run: Run) -> int:
     """Unique parameters of ``run``'s model, built (not trained) from its training command
@@ -170,39 +166,15 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
 
 
 def print_plan(runs: List[Run], budget: Dict, log=print):
+    """The plan as a table: each configuration's depth, sharing, parameters and state."""
     log(f"budget '{budget['name']}': " + ", ".join(f"{k}={v}" for k, v in budget.items()
                                                   if k != "name"))
-    log("| # | config | arch | N | M | strategy | scope | params | state | relative cost |")
-    log("|---|---|---|---|---|---|---|---|---|---|")
-    base = next((r.layer_cost() for r in runs if r.name == "vanilla"), 2 * budget["L"])
+    log("| # | config | arch | N | M | strategy | scope | params | state |")
+    log("|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(runs, 1):
         p = f"{r.params:,}" if r.params else "-"
         log(f"| {i} | {r.name} | {r.arch} | {r.N} | {r.M} | {r.strategy} | {r.scope} | {p} | "
-            f"{r.state()} | x{r.layer_cost() / base:.1f} |")
+            f"{r.state()} |")
     for r in runs:
         if r.skip_reason:
             log(f"  skip {r.name}: {r.skip_reason}")
-    log(f"[plan] {estimate_left(runs, budget)}")
-
-
-def estimate_left(runs: List[Run], budget: Dict) -> str:
-    """Training time left, from the speed of finished runs (seconds per update per layer)."""
-    rates = []
-    for r in runs:
-        info = r.done_info() if not r.skip_reason else None
-        if info and info.get("updates") and info.get("training_seconds"):
-            rates.append(info["training_seconds"] / (info["updates"] * r.layer_cost()))
-    left = [r for r in runs if not r.skip_reason and r.state() != "done"]
-    if not left:
-        return "all configurations trained"
-    cost = sum(budget["max_update"] * r.layer_cost() for r in left)
-    if not rates:
-        base = 2 * budget["L"]
-        return (f"{len(left)} configurations to train, {cost / budget['max_update'] / base:.0f} "
-                f"vanilla-equivalents of layers x {budget['max_update']} updates; time "
-                "estimate once the first one has finished")
-    hours = statistics.median(rates) * cost / 3600
-    cap = budget.get("max_minutes")
-    if cap:
-        hours = min(hours, len(left) * cap / 60)
-    return f"{len(left)} configurations to train, about {hours:.1f} h at the speed measured so far"

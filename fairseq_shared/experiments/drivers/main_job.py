@@ -9,8 +9,10 @@ from fairseq's ``checkpoint_last.pt``):
 1. setup    check the environment (torch, fairseq, this package) and print the budget;
 2. corpus   ``python -m fairseq_shared.cli.bible --out <work>/bible`` (its own stages skip
             what is done and valid), or ``--data`` a prepared corpus;
-3. train    vanilla (L+L layers) and cycle_rev (2L+2L layers over L parameter sets per stack:
-            the same parameter count), via :mod:`fairseq_shared.experiments.reproduce`;
+3. train    a suite of the run queue (:mod:`fairseq_shared.experiments.queue`): vanilla (L+L
+            layers), then cycle_rev (2L+2L layers over L parameter sets per stack: the same
+            parameter count), capped at the updates vanilla reached (``equal_updates``); one
+            record per model in ``<work>/main_job/runs/``;
 4. decode   both models with fairseq's generator, interleaved timed passes (:mod:`timing`);
 5. table    parameters, BLEU, chrF, decoding tokens/s (+ what was decoded), also written to
             ``<work>/main_job/main_job.md``.
@@ -29,7 +31,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Dict
 
+from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.corpus import corpus_ready
 
 ENV = {  # flag -> (environment variable, budget key, type)
@@ -50,7 +55,7 @@ def build_parser():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", default=os.environ.get("FS_BUDGET", "demo"),
-                   help="reproduce.py budget preset the values below start from (default demo)")
+                   help="budget preset (experiments.configs.BUDGETS) the values below start from (default demo)")
     p.add_argument("--work", default=os.environ.get("FS_WORK", "work"),
                    help="work directory (corpus in <work>/bible, runs in <work>/main_job)")
     p.add_argument("--data", default=None,
@@ -83,6 +88,84 @@ def stage(k, name, t0):
     print(f"\n=== stage {k}/5: {name} (elapsed {(time.time() - t0) / 60:.1f} min) ===", flush=True)
 
 
+def plan(data: str, out: str, budget: Dict, names=CONFIG_NAMES):
+    """The :class:`~fairseq_shared.experiments.runs.Run` of the main job's models (parameters
+    counted), under ``<out>/train/<name>``."""
+    from fairseq_shared.experiments.configs import CONFIGS, select_configs
+    from fairseq_shared.experiments.runs import make_plan
+
+    return make_plan(select_configs(CONFIGS, ",".join(names), None), budget, data, out,
+                     runs_dir=os.path.join(out, "train"))
+
+
+def items(out: str, seed: int):
+    """vanilla, then cycle_rev, which waits for vanilla's record (its update cap)."""
+    first = queue.Item(CONFIG_NAMES[0], seed)
+    return [first, queue.Item(CONFIG_NAMES[1], seed, needs=(
+        str(queue.result_path(out, first.name, seed)),))]
+
+
+def train_item(item: queue.Item, ctx: queue.Context) -> Dict:
+    """The queue's ``run`` hook: train (or finish) one model and return its record; with
+    ``equal_updates``, cycle_rev's limit is the updates vanilla reached within its time cap."""
+    from fairseq_shared.experiments.run_record import record_run
+
+    budget = ctx.extra["budget"]
+    run = plan(ctx.data, ctx.results, budget, [item.name])[0]
+    if budget.get("equal_updates") and item.needs:
+        reached = (queue.read_json(Path(item.needs[0])) or {}).get("updates")
+        if reached and reached < run.max_update:
+            ctx.progress(f"[main_job] {run.name}: max_update {run.max_update} -> {reached} "
+                         "(equal_updates: what vanilla reached within its time cap)")
+            run.max_update = reached
+    result = record_run(run, item, run.config.get("label", run.name), lambda run, result: {},
+                        ctx.progress)
+    return {**result, "checkpoint": os.path.abspath(run.checkpoint)}
+
+
+SUITE = queue.Suite("main_job", run=train_item,
+                    commit_files=lambda item, result, ctx: ([], f"main_job: {item.id}"))
+
+
+def train_models(data: str, out: str, budget: Dict, progress=print) -> Dict[str, Dict]:
+    """Stage 3 on the run queue: ``{name: record}`` of vanilla and cycle_rev (a model with a
+    record is skipped; a killed training resumes)."""
+    ctx = queue.Context(data, out, out, budget["name"], progress=progress,
+                        extra={"budget": budget})
+    todo = items(out, int(budget["seed"]))
+    for item in todo:
+        done = queue.read_json(queue.result_path(out, item.name, item.seed))
+        if done:
+            progress(f"[main_job] {item.name}: already trained ({done['updates']} updates); "
+                     "skipped")
+    queue.work(SUITE, todo, ctx)
+    failed = queue.failed_items(todo, ctx)
+    if failed:
+        raise SystemExit(f"main job: training failed, see {queue.failure_path(out, failed[0].id)}")
+    records = {i.name: queue.read_json(queue.result_path(out, i.name, i.seed)) for i in todo}
+    if not all(records.values()):
+        raise SystemExit(f"main job: {out} is being trained by another main job; wait for it")
+    return records
+
+
+def run_main_job(data: str, out: str, budget: Dict, progress=print) -> Dict:
+    """Stages 3-5: train (queue), decode both models in one interleaved timing run (cached),
+    tabulate; returns ``{"records", "decode", "rows", "lookup", "table"}``."""
+    from fairseq_shared.experiments.decode import decode_all, heldout_baseline
+    from fairseq_shared.experiments.tables import main_job_rows, main_job_table
+
+    records = train_models(data, out, budget, progress)
+    decode = decode_all({n: r["checkpoint"] for n, r in records.items()}, budget, data, out,
+                        progress)
+    rows = main_job_rows(records, decode)
+    lookup = heldout_baseline(data, budget, decode, out, rows)
+    table = main_job_table(rows, decode, lookup, budget)
+    with open(os.path.join(out, "main_job.md"), "w", encoding="utf-8") as f:
+        f.write(table)
+    return {"records": records, "decode": decode, "rows": rows, "lookup": lookup,
+            "table": table}
+
+
 def main(argv=None):
     t0 = time.time()
     args = build_parser().parse_args(argv)
@@ -94,9 +177,7 @@ def main(argv=None):
 
     import fairseq
     import fairseq_shared
-    from fairseq_shared.experiments.configs import CONFIGS, select_configs
-    from fairseq_shared.experiments.reproduce import reproduce
-    from fairseq_shared.experiments.tables import main_job_table
+    from fairseq_shared.experiments.runs import print_plan
 
     budget = make_budget(args)
     os.environ.setdefault("OMP_NUM_THREADS", str(budget["threads"]))
@@ -126,21 +207,17 @@ def main(argv=None):
             raise SystemExit(f"corpus preparation finished but {data} is incomplete")
 
     out = os.path.join(args.work, "main_job")
-    configs = select_configs(CONFIGS, ",".join(CONFIG_NAMES), None)
     if args.dry_run:
         if corpus_ready(data):
-            reproduce(data, out, budget, configs, dry_run=True)
+            print_plan(plan(data, out, budget), budget)
         print("dry run: nothing trained", flush=True)
         return 0
     stage(3, "train (vanilla, then cycle_rev) and 4: decode", t0)
-    result = reproduce(data, out, budget, configs)
+    result = run_main_job(data, out, budget, lambda m: print(m, flush=True))
 
     stage(5, "table", t0)
-    table = main_job_table(result, budget)
-    print(table, flush=True)
-    with open(os.path.join(out, "main_job.md"), "w", encoding="utf-8") as f:
-        f.write(table)
-    print(f"total {(time.time() - t0) / 60:.1f} min; details in {out}/tables.md", flush=True)
+    print(result["table"], flush=True)
+    print(f"total {(time.time() - t0) / 60:.1f} min; records in {out}/runs/", flush=True)
     return 0
 
 
