@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from fairseq_shared.experiments import evidence, evidence_report, queue, run_record
+from fairseq_shared.experiments.statistics import load_runs, read_lines
 from fairseq_shared.data.toydata import build_toy_corpus
 
 
@@ -28,13 +29,13 @@ def test_each_run_writes_its_file(finished):
     assert done == ["vanilla_s1", "cycle_rev_2L_s1", "vanilla_s2"]
     import sacrebleu
 
-    refs = evidence_report.read_lines(os.path.join(toy, "raw", "test.en"))
+    refs = read_lines(os.path.join(toy, "raw", "test.en"))
     for item in done:
         r = json.load(open(os.path.join(results, "runs", f"{item}.json")))
         assert r["updates"] == 8 and r["budget"]["seed"] == int(item[-1])
         assert r["curve"] and r["curve"][-1]["update"] == 8
         assert r["curve"][-1]["valid_loss"] == pytest.approx(r["valid_loss"])
-        hyps = evidence_report.read_lines(os.path.join(results, r["test"]["hypotheses"]))
+        hyps = read_lines(os.path.join(results, r["test"]["hypotheses"]))
         assert len(hyps) == len(refs) == r["test"]["sentences"]
         assert r["test"]["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     s1 = json.load(open(os.path.join(results, "runs", "vanilla_s1.json")))
@@ -69,7 +70,7 @@ def test_render_tables_from_run_files(finished):
     audit = json.load(open(os.path.join(toy, "audit.json")))
     lk = audit["splits"]["test"]["lookup"]
     assert f"| {lk['bleu']:.2f} | {lk['chrf']:.2f} |" in text
-    runs = evidence_report.load_runs(results)
+    runs = load_runs(results)
     bleus = [r["test"]["bleu"] for r in runs["vanilla"]]
     mean = sum(bleus) / 2
     assert f"{mean:.2f} ± " in text and f"({bleus[0]:.2f}, {bleus[1]:.2f})" in text

@@ -35,9 +35,8 @@ from fairseq_shared.experiments.budget_findings import (BASELINE, averaging_line
 from fairseq_shared.experiments.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from fairseq_shared.experiments.budget_summary import summary_table, valid_losses, versus_cell
 from fairseq_shared.experiments.configs import load_budget
-from fairseq_shared.experiments.evidence_report import fmt_paired, paired_by_seed, read_lines
-from fairseq_shared.experiments.plots import save_panels
-from fairseq_shared.experiments.statistics import fmt_seeds
+from fairseq_shared.experiments.statistics import (fmt_paired, fmt_seeds, paired_by_seed,
+                                                   read_lines, save_panels)
 
 RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"

@@ -9,14 +9,13 @@ hypotheses in ``RESULTS/hyps/``, and the corpus audit copied to ``RESULTS/corpus
 import csv
 import json
 import statistics
-from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.plots import save_panels
-from fairseq_shared.experiments.statistics import (compare_bleu, fmt_difference, fmt_seeds,
-                                                   paired_bootstrap, pooled_sd)
-from fairseq_shared.experiments.tables import lookup_lines
+from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update, fmt_difference,
+                                                   fmt_paired, fmt_seeds, load_runs, lookup_lines,
+                                                   paired_by_seed, plot_curves, pooled_sd,
+                                                   read_lines)
 
 # table -> row configurations in order; "lookup" is the audit's no-model baseline
 TABLES = {
@@ -29,25 +28,6 @@ TABLES = {
              ["lookup", "vanilla_dec2L", "san_dec2L"]),
 }
 BASELINES = {"takase": "vanilla", "albert": "vanilla", "xiao": "vanilla_dec2L"}
-
-
-def load_runs(results: str) -> Dict[str, List[Dict]]:
-    """{configuration: [run dicts sorted by seed]}."""
-    runs = defaultdict(list)
-    for path in sorted((Path(results) / "runs").glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
-        runs[r["name"]].append(r)
-    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in runs.items()}
-
-
-def read_lines(path) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def cost_per_update(run: Dict) -> float:
-    """CPU seconds per update where the run recorded them, else wall seconds per update."""
-    return run.get("cpu_seconds_per_update") or run["seconds_per_update"]
 
 
 def row_stats(name: str, runs: List[Dict], base: Optional[List[Dict]], results: str,
@@ -66,28 +46,6 @@ def row_stats(name: str, runs: List[Dict], base: Optional[List[Dict]], results: 
     if base and name != base[0]["name"]:
         row["paired"] = paired_by_seed(base, runs, results, refs)
     return row
-
-
-def paired_by_seed(base: List[Dict], runs: List[Dict], results: str,
-                   refs: List[str]) -> List[Dict]:
-    """Each run against the base run with its seed: the BLEU and chrF deltas and the paired
-    bootstrap's p-values (runs without a base of their seed are left out)."""
-    by_seed = {b["seed"]: b for b in base}
-    out = []
-    for r in sorted(runs, key=lambda r: r["seed"]):
-        b = by_seed.get(r["seed"])
-        if not b:
-            continue
-        p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
-                             read_lines(Path(results) / r["test"]["hypotheses"]), refs)
-        out.append({"seed": r["seed"], "delta_bleu": r["test"]["bleu"] - b["test"]["bleu"],
-                    "delta_chrf": r["test"]["chrf"] - b["test"]["chrf"], **p})
-    return out
-
-
-def fmt_paired(paired: List[Dict]) -> str:
-    """``s1: +0.83, p=0.018; s2: ...``: a table cell of :func:`paired_by_seed`."""
-    return "; ".join(f"s{p['seed']}: {p['delta_bleu']:+.2f}, p={p['bleu_p']:.3f}" for p in paired)
 
 
 def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: str,
@@ -124,36 +82,6 @@ def render_table(key: str, runs: Dict[str, List[Dict]], audit: Dict, results: st
             f"{spu:.2f}{rel} | {vl} | {fmt_seeds(row['bleu'])} | {fmt_seeds(row['chrf'])} | "
             f"{versus} | {paired} |")
     return "\n".join(lines) + "\n", rows
-
-
-def plot_curves(runs: Dict[str, List[Dict]], out: Path) -> Optional[str]:
-    from fairseq_shared.plotting import pyplot
-
-    plt = pyplot()
-
-    if not runs:
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    # CPU seconds where every run recorded them (other jobs do not inflate them), else wall
-    cpu = all("train_cpu_seconds" in p for rs in runs.values() for r in rs for p in r["curve"])
-    seconds = "train_cpu_seconds" if cpu else "train_seconds"
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (name, rs) in enumerate(sorted(runs.items())):
-        for r in rs:
-            c = r["curve"]
-            if not c:
-                continue
-            style = dict(color=colors[i % len(colors)], linestyle="-" if r["seed"] == 1 else "--",
-                         label=f"{name} s{r['seed']}")
-            axes[0].plot([p["update"] for p in c], [p["valid_loss"] for p in c], **style)
-            axes[1].plot([p[seconds] / 60 for p in c], [p["valid_loss"] for p in c],
-                         **style)
-    axes[0].set_xlabel("updates")
-    axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else
-                       "training minutes (wall, 1 thread, shared 2-core machine)")
-    axes[0].set_ylabel("valid loss (label-smoothed CE, base 2)")
-    return save_panels(fig, axes, "Learning curves on the clean Bible split (valid = Acts)",
-                       out / "learning_curves.png")
 
 
 def render(results: str, command: str = "") -> Dict[str, str]:
@@ -200,7 +128,10 @@ def render(results: str, command: str = "") -> Dict[str, str]:
                             r["valid_loss"], r["test"]["bleu"],
                             r["test"]["chrf"]])
     paths = {"tables": str(out / "tables.md"), "csv": str(out / "summary.csv")}
-    plot = plot_curves(runs, out)
+    plot = plot_curves(runs, out / "learning_curves.png", "valid_loss",
+                       "valid loss (label-smoothed CE, base 2)",
+                       "Learning curves on the clean Bible split (valid = Acts)",
+                       wall="training minutes (wall, 1 thread, shared 2-core machine)")
     if plot:
         paths["plot"] = plot
     return paths

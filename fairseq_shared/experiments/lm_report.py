@@ -3,23 +3,17 @@
 ``RESULTS/baselines.json`` (:mod:`fairseq_shared.experiments.lm_baselines`) and
 ``RESULTS/corpus.json``; writes ``RESULTS/tables.md`` and ``RESULTS/learning_curves.png``."""
 
-import json
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.evidence_report import cost_per_update as cost
-from fairseq_shared.experiments.evidence_report import load_runs
-from fairseq_shared.experiments.statistics import fmt_seeds
 from fairseq_shared.experiments.lm_runs import LM_CONFIGS
-from fairseq_shared.experiments.plots import save_panels
+from fairseq_shared.experiments.queue import read_json
+from fairseq_shared.experiments.statistics import cost_per_update as cost
+from fairseq_shared.experiments.statistics import fmt_seeds, load_runs, plot_curves
 
 BASELINE = "vanilla_L6"  # the per-seed comparison: same depth, same compute
 COMMAND = "python -m fairseq_shared.cli.lm_evidence run --data work/bible_lm --commit"
-
-
-def _read_json(path: Path) -> Optional[Dict]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def baseline_lines(baselines: Optional[Dict]) -> List[str]:
@@ -93,45 +87,19 @@ def header(corpus: Optional[Dict], baselines: Optional[Dict], runs: Dict) -> Lis
     return out
 
 
-def plot_curves(runs: Dict[str, List[Dict]], baselines: Optional[Dict], out: Path) -> Optional[str]:
-    from fairseq_shared.plotting import pyplot
-
-    plt = pyplot()
-
-    if not any(r["curve"] for rs in runs.values() for r in rs):
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    cpu = all("train_cpu_seconds" in p for rs in runs.values() for r in rs for p in r["curve"])
-    seconds = "train_cpu_seconds" if cpu else "train_seconds"
-    for i, name in enumerate(n for n in LM_CONFIGS if n in runs):
-        for r in runs[name]:
-            c = r["curve"]
-            style = dict(color=colors[i % len(colors)], linestyle="-" if r["seed"] == 1 else "--",
-                         label=f"{name} s{r['seed']}")
-            axes[0].plot([p["update"] for p in c], [p["valid_ppl"] for p in c], **style)
-            axes[1].plot([p[seconds] / 60 for p in c], [p["valid_ppl"] for p in c], **style)
-    if baselines and "kn5" in baselines["models"]:
-        for ax in axes:
-            ax.axhline(baselines["models"]["kn5"]["valid"]["perplexity"], color="gray",
-                       linestyle=":", label="5-gram KN")
-    axes[0].set_xlabel("updates")
-    axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else "training minutes")
-    axes[0].set_ylabel("valid perplexity (Acts)")
-    axes[0].set_yscale("log")
-    return save_panels(fig, axes, "Decoder-only LMs on the English Bible: valid perplexity",
-                       out / "learning_curves.png", which="both")
-
-
 def render(results: str) -> Dict[str, str]:
     out = Path(results)
     runs = load_runs(results) if (out / "runs").exists() else {}
-    baselines = _read_json(out / "baselines.json")
-    corpus = _read_json(out / "corpus.json")
+    baselines = read_json(out / "baselines.json")
+    corpus = read_json(out / "corpus.json")
     text = "\n".join(header(corpus, baselines, runs)) + "\n" + render_table(runs, baselines)
     (out / "tables.md").write_text(text, encoding="utf-8")
     paths = {"tables": str(out / "tables.md")}
-    plot = plot_curves(runs, baselines, out)
+    kn5 = ((baselines or {}).get("models") or {}).get("kn5")
+    plot = plot_curves(runs, out / "learning_curves.png", "valid_ppl", "valid perplexity (Acts)",
+                       "Decoder-only LMs on the English Bible: valid perplexity",
+                       order=LM_CONFIGS, log=True,
+                       hline=(kn5["valid"]["perplexity"], "5-gram KN") if kn5 else None)
     if plot:
         paths["plot"] = plot
     return paths

@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.evidence_report import cost_per_update, load_runs
-from fairseq_shared.experiments.statistics import fmt_seeds
 from fairseq_shared.experiments.relaxed import FINETUNE_UPDATES, SOURCE
-from fairseq_shared.experiments.tables import lookup_lines
+from fairseq_shared.experiments.statistics import (cost_per_update, fmt_seeds, load_runs,
+                                                   lookup_lines)
 
 RELAXED_ROWS = ["lookup", ("evidence", "vanilla"), ("evidence", "cycle_rev_2L"),
                 ("relaxed", "cycle_rev_2L_lora8"), ("relaxed", "cycle_rev_2L_lora32"),

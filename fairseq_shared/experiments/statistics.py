@@ -1,5 +1,6 @@
-"""The one home of the report statistics: what a table may say about configurations trained
-with several seeds, and what it may say about two single models.
+"""The one home of what the suites' reports share: the statistics (what a table may say about
+configurations trained with several seeds, and what it may say about two single models), the
+loaders of committed run records, the lookup baseline's row and the two-panel curve figures.
 
 * :func:`seed_summary`: one configuration's mean, sd and 95% t interval over its seeds.
 * :func:`compare`: the difference of two configurations' means, with a 95% interval that
@@ -25,8 +26,10 @@ Valid loss goes through the same :func:`compare` without the test-sampling term 
 set is fixed and the loss has no per-sentence file here); its tables say so.
 """
 
+import json
 import math
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -194,3 +197,104 @@ def compare_bleu(base: Sequence[Dict], runs: Sequence[Dict], pooled: Tuple[Optio
              for side in (base, runs)]
     return compare([r["test"]["bleu"] for r in base], [r["test"]["bleu"] for r in runs], pooled,
                    test_sampling_variance(*stats))
+
+
+def paired_by_seed(base: List[Dict], runs: List[Dict], results: str,
+                   refs: List[str]) -> List[Dict]:
+    """Each run against the base run with its seed: the BLEU and chrF deltas and the paired
+    bootstrap's p-values (runs without a base of their seed are left out)."""
+    by_seed = {b["seed"]: b for b in base}
+    out = []
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        b = by_seed.get(r["seed"])
+        if not b:
+            continue
+        p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
+                             read_lines(Path(results) / r["test"]["hypotheses"]), refs)
+        out.append({"seed": r["seed"], "delta_bleu": r["test"]["bleu"] - b["test"]["bleu"],
+                    "delta_chrf": r["test"]["chrf"] - b["test"]["chrf"], **p})
+    return out
+
+
+def fmt_paired(paired: List[Dict]) -> str:
+    """``s1: +0.83, p=0.018; s2: ...``: a table cell of :func:`paired_by_seed`."""
+    return "; ".join(f"s{p['seed']}: {p['delta_bleu']:+.2f}, p={p['bleu_p']:.3f}" for p in paired)
+
+
+# ------------------------------------------------------------------ committed files
+def load_runs(results: str) -> Dict[str, List[Dict]]:
+    """A suite's committed ``RESULTS/runs/*.json``: {configuration: [records sorted by seed]}."""
+    runs = defaultdict(list)
+    for path in sorted((Path(results) / "runs").glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        runs[r["name"]].append(r)
+    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in runs.items()}
+
+
+def read_lines(path) -> List[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def cost_per_update(run: Dict) -> float:
+    """CPU seconds per update where the run recorded them, else wall seconds per update."""
+    return run.get("cpu_seconds_per_update") or run["seconds_per_update"]
+
+
+def lookup_lines(lookup: Optional[Dict], columns: int, bleu_at: int) -> List[str]:
+    """A table row for the lookup baseline: BLEU and chrF in columns ``bleu_at`` and the next."""
+    if not lookup:
+        return []
+    cells = ["-"] * columns
+    cells[0] = "lookup baseline (no model: closest training verse)"
+    cells[bleu_at], cells[bleu_at + 1] = f"{lookup['bleu']:.2f}", f"{lookup['chrf']:.2f}"
+    return ["| " + " | ".join(cells) + " |"]
+
+
+# ------------------------------------------------------------------ curve figures
+def plot_curves(runs: Dict[str, List[Dict]], path: Path, metric: str, ylabel: str, title: str,
+                order: Sequence[str] = (), wall: str = "training minutes",
+                hline: Optional[Tuple[float, str]] = None, log: bool = False) -> Optional[str]:
+    """Each run's valid ``metric`` against updates and against training minutes (CPU where
+    every run recorded them: other jobs do not inflate them), seed 1 solid, others dashed."""
+    from fairseq_shared.plotting import pyplot
+
+    plt = pyplot()
+    if not any(r["curve"] for rs in runs.values() for r in rs):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    cpu = all("train_cpu_seconds" in p for rs in runs.values() for r in rs for p in r["curve"])
+    seconds = "train_cpu_seconds" if cpu else "train_seconds"
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, name in enumerate([n for n in order if n in runs] or sorted(runs)):
+        for r in runs[name]:
+            c = r["curve"]
+            style = dict(color=colors[i % len(colors)], linestyle="-" if r["seed"] == 1 else "--",
+                         label=f"{name} s{r['seed']}")
+            axes[0].plot([p["update"] for p in c], [p[metric] for p in c], **style)
+            axes[1].plot([p[seconds] / 60 for p in c], [p[metric] for p in c], **style)
+    for ax in axes if hline else ():
+        ax.axhline(hline[0], color="gray", linestyle=":", label=hline[1])
+    axes[0].set_xlabel("updates")
+    axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else wall)
+    axes[0].set_ylabel(ylabel)
+    if log:
+        axes[0].set_yscale("log")
+    return save_panels(fig, axes, title, path, which="both" if log else "major")
+
+
+def save_panels(fig, axes, title: str, path, ncol: int = 2, which: str = "major",
+                legend: bool = True) -> str:
+    """Legend in the last panel (``legend=False``: the figure has its own), grids, the title;
+    write ``path`` (110 dpi) and close."""
+    import matplotlib.pyplot as plt
+
+    if legend:
+        axes[-1].legend(fontsize=7, ncol=ncol)
+    for ax in axes:
+        ax.grid(alpha=0.3, which=which)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return str(path)

@@ -1,8 +1,9 @@
 """The main job's rows (its queue records joined with the interleaved decode) and its Markdown
-table, with the lookup baseline's row that every suite's tables share."""
+table."""
 
 from typing import Dict, List, Optional
 
+from fairseq_shared.experiments.statistics import lookup_lines
 from fairseq_shared.markdown import fmt
 
 #: row key -> key of a model's result in the timing report
@@ -32,16 +33,6 @@ def main_job_rows(records: Dict[str, Dict], decode: Optional[Dict]) -> List[Dict
                      if base_wps and rec.get("train_wps") else None,
                      **{k: d.get(v) for k, v in DECODE_KEYS.items()}})
     return rows
-
-
-def lookup_lines(lookup: Optional[Dict], columns: int, bleu_at: int) -> List[str]:
-    """A table row for the lookup baseline: BLEU and chrF in columns ``bleu_at`` and the next."""
-    if not lookup:
-        return []
-    cells = ["-"] * columns
-    cells[0] = "lookup baseline (no model: closest training verse)"
-    cells[bleu_at], cells[bleu_at + 1] = f"{lookup['bleu']:.2f}", f"{lookup['chrf']:.2f}"
-    return ["| " + " | ".join(cells) + " |"]
 
 
 def main_job_table(rows: List[Dict], decode: Optional[Dict], lookup: Optional[Dict],
