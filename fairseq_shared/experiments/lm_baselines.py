@@ -7,13 +7,13 @@ sample, as with ``--sample-break-mode eos``: it is scored as its pieces and its 
 with the verse start as the only context of the first piece. Writes ``baselines.json``.
 """
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from fairseq_shared.experiments.ngram import KneserNey
+from fairseq_shared.experiments.queue import write_result
 
 ORDERS = {"unigram": 1, "kn5": 5}
 # KenLM's --discount_fallback, for an order whose count-of-counts give no valid discounts
@@ -80,8 +80,5 @@ def write_baselines(bin_dir: str, results: str, progress=print) -> Path:
     res["command"] = "python -m fairseq_shared.cli.lm_evidence baselines --data " + \
         os.path.relpath(os.path.dirname(os.path.abspath(bin_dir)))
     path = Path(results) / "baselines.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_result(path, res)
     return path

@@ -85,8 +85,7 @@ def snapshot_corpus(data: str, results: str) -> List[Path]:
         if old.get("fairseq_splits") != stats["fairseq_splits"]:
             raise SystemExit(f"{dst} describes another corpus than {data}; use another "
                              "--results directory")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+    queue.write_result(dst, stats)
     return [dst]
 
 

@@ -104,7 +104,9 @@ def failure_path(work: str, ident: str) -> Path:
 
 
 def write_result(path: Path, result: Dict) -> None:
-    """Write a JSON record atomically (a reader sees the old file or the whole new one)."""
+    """The one writer of the suites' JSON records (results, milestones, failures, the LM
+    baselines and corpus statistics, measured rates): atomic, a reader sees the old file or
+    the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")

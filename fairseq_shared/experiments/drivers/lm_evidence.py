@@ -82,8 +82,7 @@ def rates(args) -> int:
     measured = [lm_evidence.measure_rate(n, args.data, args.work, args.updates)
                 for n in ("vanilla_L3", "vanilla_L6")]
     path = Path(args.results) / "rates.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(measured, indent=1, default=str) + "\n", encoding="utf-8")
+    queue.write_result(path, measured)
     print(path)
     return 0
 
