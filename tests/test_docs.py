@@ -75,16 +75,20 @@ HISTORICAL = re.compile(r"at commit ([0-9a-f]{7,40})\b[^`]{0,200}?`{0,3}(?:bash)
                         r"(?:[A-Z_]+=\S+ )*(?:\S*/)?python -m $", re.S)
 
 
-def existed_at(commit: str, dotted: str) -> bool:
-    """Whether ``fairseq_shared.a.b`` was a module at ``commit`` (True without git history)."""
+def file_at(commit: str, path: str) -> bool:
+    """Whether ``path`` existed at ``commit`` (True without git history)."""
     import subprocess
 
     if not (ROOT / ".git").exists():
         return True
+    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:{path}"],
+                          capture_output=True).returncode == 0
+
+
+def existed_at(commit: str, dotted: str) -> bool:
+    """Whether ``fairseq_shared.a.b`` was a module at ``commit`` (True without git history)."""
     base = "/".join(dotted.split("."))
-    return any(subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}:{path}"],
-                              capture_output=True).returncode == 0
-               for path in (f"{base}.py", f"{base}/__init__.py"))
+    return any(file_at(commit, path) for path in (f"{base}.py", f"{base}/__init__.py"))
 
 
 def python_m_quotes(body: str):
@@ -112,13 +116,33 @@ def test_a_historical_quote_names_its_commit():
         assert not existed_at("a109b73", "fairseq_shared.cli.no_such_command")
 
 
+#: A quote of a script that is gone is historical when the text just before it names the commit
+#: it ran at ("ran at commit d105a80 as `python scripts/x.py`"); the file must exist there.
+SCRIPT_AT = re.compile(r"at commit ([0-9a-f]{7,40})\b[^`]{0,120}?`?(?:python\s+)?$", re.S)
+
+
+def script_quotes(body: str):
+    """``(path, commit)`` of every ``scripts/x.py`` or ``results/.../x.sh`` a page quotes."""
+    for m in re.finditer(r"(?<![\w/.])((?:scripts|results)/[\w/.-]+\.(?:py|sh))\b", body):
+        before = SCRIPT_AT.search(body[max(0, m.start() - 160):m.start()])
+        yield m.group(1), before.group(1) if before else None
+
+
 def test_every_script_quoted_in_the_results_readmes_exists():
     """``scripts/x.py`` and the archived ``results/archive/<topic>/x.py`` a README quotes."""
-    missing = sorted({f"{page.relative_to(ROOT)}: {path}" for page in RESULT_PAGES
-                      for path in re.findall(r"(?<![\w/.])((?:scripts|results)/[\w/.-]+\.(?:py|sh))\b",
-                                             text(page))
-                      if not (ROOT / path).exists()})
+    missing = sorted({f"{page.relative_to(ROOT)}: {path}" + (f" (at commit {at})" if at else "")
+                      for page in RESULT_PAGES for path, at in script_quotes(text(page))
+                      if not ((ROOT / path).exists() if at is None else file_at(at, path))})
     assert not missing, "\n".join(missing)
+
+
+def test_a_historical_script_quote_names_its_commit():
+    body = "it ran at commit d105a80 as `python scripts/thread_rate.py`; now `scripts/gone.py`."
+    assert list(script_quotes(body)) == [("scripts/thread_rate.py", "d105a80"),
+                                         ("scripts/gone.py", None)]
+    if (ROOT / ".git").exists():
+        assert file_at("d105a80", "scripts/thread_rate.py")
+        assert not file_at("d105a80", "scripts/no_such_script.py")
 
 
 def test_every_module_path_named_exists():
