@@ -22,6 +22,7 @@ Opening a checkpoint's model for a tool, and the configuration of a checkpoint a
 rebuilt, are :mod:`fairseq_shared.tools.checkpoints`, on top of this module.
 """
 
+import enum
 import glob
 import os
 import pickle
@@ -196,6 +197,26 @@ def checkpoint_kind(state: dict) -> Optional[str]:
         section = cfg.get("task") if hasattr(cfg, "get") else None
         task = section.get("_name") if section is not None and hasattr(section, "get") else None
     return task_kind(task)
+
+
+class Kind(str, enum.Enum):
+    """The kind of model a checkpoint holds, decided once from its task (:func:`of`) and carried
+    from there (``Loaded.kind`` of :mod:`fairseq_shared.tools.checkpoints`): what the export
+    and the tools read instead of testing the model, its task or its configuration again."""
+
+    TRANSLATION = "translation"
+    LANGUAGE_MODEL = "language_model"
+
+    @property
+    def described(self) -> str:
+        """``translation`` or ``language model``, as the tools' messages name it."""
+        return KINDS[self.value]
+
+    @classmethod
+    def of(cls, state: dict) -> Optional["Kind"]:
+        """The kind of the checkpoint ``state`` (None: another task's, or unknown)."""
+        kind = checkpoint_kind(state)
+        return cls(kind) if kind in KINDS else None
 
 
 def check_kind(state: dict, path: str, expect: Optional[str], tool: str = "this tool") -> None:

@@ -45,7 +45,7 @@ def exported(tmp_path_factory):
 
 def test_trained_cycle_rev_exports_with_identical_hypotheses(exported):
     _, out, report = exported
-    assert report["ok"]
+    assert report["ok"] and report["kind"] == "translation"
     verify = report["verify"]
     for key, tolerance in (("fairseq_plain_vs_shared", 1e-6), ("ct2_float32_vs_fairseq", 1e-4)):
         assert verify[key]["sentences"] == 12 == verify[key]["model_agrees"]
@@ -93,7 +93,7 @@ def test_weak_model_passes_and_reports_its_search_differences(weak_model, tmp_pa
 def test_a_corrupted_export_fails_and_names_the_sentence(weak_model, tmp_path):
     """One weight of the CTranslate2 model changed: the check fails, naming sentences."""
     from fairseq_shared.export import ct2 as ct2_lib
-    from fairseq_shared.export.api import verify_translation
+    from fairseq_shared.export.verify import verify_translation
     from fairseq_shared.export.plain import load_shared, plain_checkpoint, write_plain
     from fairseq_shared.export.verify import summary_line
 

@@ -136,7 +136,7 @@ def test_a_deep_shared_encoder_under_one_decoder_layer_exports_to_hf(tmp_path, t
 def test_a_corrupted_hf_export_fails_and_names_the_sentence(toy, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from fairseq_shared.export.api import verify_translation
+    from fairseq_shared.export.verify import verify_translation
     from fairseq_shared.export.plain import load_shared
 
     corpus, checkpoint, out, _ = toy

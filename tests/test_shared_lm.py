@@ -470,6 +470,7 @@ def test_export_to_stock_transformer_lm_and_ctranslate2(lm_run, tmp_path, capsys
     assert "verify fairseq_plain_vs_shared: 8/8 samples with the same log-probs" in (
         capsys.readouterr().out)
     report = json.loads((out / "export.json").read_text())
+    assert report["kind"] == "language_model"  # decided once, on opening (tests/test_export_kind.py)
     plain_check, ct2_check = (report["verify"][k] for k in
                               ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"))
     assert plain_check["max_abs_diff"] == 0.0 and plain_check["identical"] == 8

@@ -7,8 +7,11 @@ CTranslate2 model and a Hugging Face transformers model, each verified on real s
   decoding, and the size of ``model.bin`` against the unique weights.
 * :mod:`.hf`, :mod:`.hf_tokenizer`, :mod:`.hf_generation` -- ``--hf``: the stock class,
   the tokenizer, fairseq's beam settings (transformers is imported only there).
-* :mod:`.verify` -- the check: both engines' hypotheses scored by both (models agree within
-  a stated tolerance), search differences reported.
+* :mod:`.lm` -- a language model's plain ``transformer_lm`` configuration and dictionary.
+* :mod:`.verify` -- the check, for the kind of model the opened checkpoint carries
+  (``Loaded.kind``, :class:`fairseq_shared.checkpoint_io.Kind`, decided once on opening): a
+  translation model's hypotheses of both engines scored by both (models agree within a stated
+  tolerance, search differences reported), a language model's teacher-forced log-probs.
 * :mod:`.outputs` -- what the export writes; the refusal to write over its inputs.
 * :mod:`.api` -- :func:`export`, what ``python -m fairseq_shared.cli.export`` runs.
 """

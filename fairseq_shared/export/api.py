@@ -6,24 +6,20 @@ import os
 from typing import Dict, Optional
 
 from fairseq_shared import checkpoint_io
+from fairseq_shared.checkpoint_io import Kind
 from fairseq_shared.export import ct2 as ct2_lib
-from fairseq_shared.export import directory
-from fairseq_shared.export import lm as lm_lib
+from fairseq_shared.export import directory, verify
 from fairseq_shared.export.plain import (
     ExportError, load_shared, plain_checkpoint, write_inputs, write_plain,
 )
 from fairseq_shared.export.outputs import planned_files, refuse_overwrite
-from fairseq_shared.export.verify import (
-    TOLERANCES, check, ct2_hypotheses, fairseq_hypotheses, fairseq_scorer,
-    per_sentence_hypotheses,
-)
-from fairseq_shared.export.verify import summary_line as translation_line
 
 logger = logging.getLogger(__name__)
 
 
-def load_plain(path: str, data: str):
-    """Load the exported checkpoint the way stock fairseq does (strict, weights-only)."""
+def load_plain(path: str, data: str, kind: Optional[Kind] = None):
+    """Load the exported checkpoint the way stock fairseq does (strict, weights-only): it must
+    be fairseq's own model of ``kind`` (None: of either kind)."""
     from fairseq import checkpoint_utils
     from fairseq.models.transformer import TransformerModel
     from fairseq.models.transformer_lm import TransformerLanguageModel
@@ -32,10 +28,12 @@ def load_plain(path: str, data: str):
         [path], arg_overrides={"data": data}
     )
     model = models[0].eval()
-    if type(model) not in (TransformerModel, TransformerLanguageModel):
+    stock = {Kind.TRANSLATION: TransformerModel, Kind.LANGUAGE_MODEL: TransformerLanguageModel}
+    allowed = [stock[kind]] if kind else list(stock.values())
+    if type(model) not in allowed:
         raise ExportError(
-            f"{path} loads as {type(model).__name__}, not fairseq's TransformerModel or "
-            "TransformerLanguageModel"
+            f"{path} loads as {type(model).__name__}, not fairseq's "
+            + " or ".join(c.__name__ for c in allowed)
         )
     return model, task
 
@@ -85,7 +83,7 @@ def _inputs(checkpoint: str, loaded) -> Dict[str, str]:
 
 
 def _dict_names(loaded):
-    if lm_lib.is_language_model(loaded.model):
+    if loaded.kind is Kind.LANGUAGE_MODEL:
         return ["dict.txt"]
     return [f"dict.{loaded.task.cfg.source_lang}.txt", f"dict.{loaded.task.cfg.target_lang}.txt"]
 
@@ -102,7 +100,7 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     ``subset`` (0: skip): a translation model by the check of :mod:`.verify` (teacher-forced
     scores of both engines' beam-search hypotheses, with ``beam``, ``lenpen``,
     ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
-    (:func:`fairseq_shared.export.lm.verify`). Refuses, before writing anything, an
+    (:func:`fairseq_shared.export.verify.verify_lm`). Refuses, before writing anything, an
     ``out_dir`` that would overwrite one of its inputs, or that holds anything but an
     earlier export (``force``: replace it whole). Written beside ``out_dir`` and moved into
     place only when the check passes (:mod:`.directory`). Returns the report (also
@@ -118,7 +116,7 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     if hf:
         from fairseq_shared.export import hf as hf_lib
 
-        if lm_lib.is_language_model(loaded.model):
+        if loaded.kind is Kind.LANGUAGE_MODEL:
             raise ExportError("--hf: translation models only (a language model has no "
                               "stock encoder-decoder class to go to)")
         target = hf_lib.choose_target(loaded, hf_form)  # refused before any writing
@@ -141,16 +139,16 @@ def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization,
     """Every file of the export written into ``out_dir`` (a staging directory), verified;
     the report, its paths in ``out_dir``. ``hf_target``: None, or the Hugging Face class and
     the note of :func:`fairseq_shared.export.hf.choose_target`."""
-    from fairseq_shared.timing import select_ids
     from fairseq_shared.tools.checkpoints import uses_san
 
     san = uses_san(loaded.cfg.model)  # no plain fairseq layer takes another's attention
     path = None if san else write_plain(loaded, out_dir)
     if san:
         write_inputs(loaded, out_dir)
-    report: Dict = {"checkpoint": os.path.abspath(checkpoint), "plain_checkpoint": path,
+    report: Dict = {"checkpoint": os.path.abspath(checkpoint), "kind": loaded.kind.value,
+                    "plain_checkpoint": path,
                     "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
-    plain_model = None if san else load_plain(path, out_dir)[0]
+    plain_model = None if san else load_plain(path, out_dir, loaded.kind)[0]
     ct2_dirs = {}
     if ct2:
         checkpoint_dict = plain_checkpoint(loaded, out_dir)
@@ -159,7 +157,7 @@ def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization,
             ct2_dirs[q or "float32"] = ct2_lib.convert(checkpoint_dict, out_dir, target, q)
             report[f"ct2_{q or 'float32'}"] = {
                 "dir": target, **ct2_lib.size_report(target, loaded.model),
-                "max_input_length": ct2_lib.source_limit(plain_model)}
+                "max_input_length": ct2_lib.source_limit(plain_model, loaded.kind)}
     hf_dir = None
     if hf_target:
         from fairseq_shared.export import hf as hf_lib
@@ -179,67 +177,9 @@ def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization,
                         + ([f"--max-len-a {max_len_a} (HF has no source-relative limit)"]
                            if max_len_a else [])}
     if sentences:
-        task = loaded.task
-        task.load_dataset(subset)
-        dataset = task.dataset(subset)
-        ids = select_ids(len(dataset), sentences).tolist()
-        if lm_lib.is_language_model(loaded.model):
-            report["verify"] = {"subset": subset, **lm_lib.verify(
-                loaded.model, plain_model, task, dataset, ids, ct2_dirs, threads)}
-            return report
         settings = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
-        report["verify"] = {"subset": subset, "settings": settings,
-                            **verify_translation(loaded.model, plain_model, task, dataset, ids,
-                                                 settings, ct2_dirs, threads, hf_dir)}
-    return report
-
-
-def verify_translation(shared_model, plain_model, task, dataset, ids, settings: Dict,
-                       ct2_dirs: Dict[str, str], threads: int = 1,
-                       hf_dir: Optional[str] = None) -> Dict:
-    """The check of :mod:`.verify` for every target: the plain checkpoint against the shared
-    model, each CTranslate2 model and the Hugging Face one against the plain one (a SAN
-    model, ``plain_model`` None: the Hugging Face one against the shared model)."""
-    lenpen = settings["lenpen"]
-
-    def describe(sid: int) -> str:
-        return task.source_dictionary.string(dataset[int(sid)]["source"])
-
-    shared = fairseq_hypotheses(shared_model, task, dataset, ids, **settings)
-    report = {}
-    if plain_model is None:
-        plain_model, plain = shared_model, shared
-    else:
-        plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
-    score_plain = fairseq_scorer(plain_model, dataset)
-    if plain_model is not shared_model:
-        report["fairseq_plain_vs_shared"] = check(
-            shared, plain, fairseq_scorer(shared_model, dataset), score_plain,
-            TOLERANCES["fairseq_plain"], lenpen, describe)
-    for name, model_dir in ct2_dirs.items():
-        decoder = ct2_lib.CT2Decoder(model_dir, task.source_dictionary, task.target_dictionary,
-                                     threads=threads,
-                                     max_source_positions=ct2_lib.source_limit(plain_model))
-        hyps = ct2_hypotheses(decoder, plain_model, dataset, ids, **settings)
-
-        def score_ct2(pairs, decoder=decoder):
-            return decoder.score([dataset[int(sid)]["source"] for sid, _ in pairs],
-                                 [target for _, target in pairs])
-
-        report[f"ct2_{name}_vs_fairseq"] = check(
-            plain, hyps, score_plain, score_ct2, TOLERANCES[f"ct2_{name}"], lenpen, describe)
-    if hf_dir:
-        from fairseq_shared.export.hf_generation import HFEngine
-
-        engine = HFEngine(hf_dir, task.target_dictionary.pad(), task.target_dictionary.eos())
-        hyps = per_sentence_hypotheses(engine.translate, plain_model, dataset, ids, **settings)
-
-        def score_hf(pairs):
-            return engine.score([dataset[int(sid)]["source"] for sid, _ in pairs],
-                                [target for _, target in pairs])
-
-        report["hf_vs_fairseq"] = check(plain, hyps, score_plain, score_hf, TOLERANCES["hf"],
-                                        lenpen, describe)
+        report["verify"] = verify.verify(loaded, plain_model, subset, sentences, settings,
+                                         ct2_dirs, threads, hf_dir)
     return report
 
 
@@ -284,11 +224,7 @@ def summary(report: Dict) -> str:
                      f"{h['ratio_to_unique']}x the unique fp32 weights "
                      f"({h['unique_fp32_weight_bytes']:,}: {h['why']}); tokenizer: "
                      + "; ".join(h["tokenizer"]))
-    for key, value in report.get("verify", {}).items():
-        if isinstance(value, dict) and "search" in value:
-            lines.append(translation_line(key, value))
-        elif isinstance(value, dict) and "max_abs_diff" in value:
-            lines.append(lm_lib.summary_line(key, value))
+    lines += verify.summary_lines(report["kind"], report.get("verify", {}))
     lines.append("export OK" if report["ok"] else "export FAILED verification; nothing was "
                  "written to --out (an earlier export there is kept)")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from fairseq_shared.checkpoint_io import Kind
 from fairseq_shared.export.plain import legacy_args_checkpoint
 
 QUANTIZATIONS = ("int8", "int8_float32", "float16")
@@ -41,9 +42,8 @@ def position_table_bytes(model) -> int:
     """fp32 bytes of the sinusoidal position tables CTranslate2 stores (not parameters);
     encoder and decoder tables that are equal are stored once, as CTranslate2 aliases them."""
     tables = []
-    for stack in (getattr(model, "encoder", None), model.decoder):  # a language model: no encoder
-        pos = getattr(stack, "embed_positions", None)
-        weights = getattr(pos, "weights", None) if pos is not None else None
+    for name, pos in model.named_modules():  # each stack's, whichever stacks the model has
+        weights = getattr(pos, "weights", None) if name.endswith("embed_positions") else None
         if weights is None or isinstance(pos, torch.nn.Embedding):
             continue  # none, or learned: a parameter, counted with the weights
         table = weights[pos.padding_idx + 1:]
@@ -130,8 +130,8 @@ class CT2Decoder:
         return out
 
 
-def source_limit(model) -> int:
+def source_limit(model, kind: Kind = Kind.TRANSLATION) -> int:
     """fairseq's longest source (EOS included): ``--max-source-positions`` (a language
-    model: its ``--tokens-per-sample`` positions)."""
-    stack = getattr(model, "encoder", None) or model.decoder
+    model, ``kind``: its ``--tokens-per-sample`` positions)."""
+    stack = model.decoder if kind is Kind.LANGUAGE_MODEL else model.encoder
     return int(stack.max_positions())

@@ -28,6 +28,7 @@ from typing import Dict, Optional
 import torch
 
 from fairseq_shared import checkpoint_io
+from fairseq_shared.checkpoint_io import KINDS, Kind
 from fairseq_shared.errors import FairseqSharedError
 
 from fairseq_shared.models import architectures, shared_lm
@@ -57,8 +58,14 @@ TAKES_SAN = Takes("export", TAKES.models, san=None, error=ExportError)
 
 def load_shared(path: str, data: Optional[str] = None, san: bool = False) -> Loaded:
     """Open a fairseq-shared checkpoint (``data`` overrides where the dictionaries are;
-    ``san``: SAN models too)."""
-    return open_checkpoint(path, "export", TAKES_SAN if san else TAKES, expect=None, data=data)
+    ``san``: SAN models too). Its ``kind``, decided there from the task, is what the rest of
+    the export reads (a checkpoint of another task is refused here)."""
+    loaded = open_checkpoint(path, "export", TAKES_SAN if san else TAKES, expect=None, data=data)
+    if loaded.kind is None:
+        raise ExportError(
+            f"{path}: task '{loaded.cfg.task._name}' is neither a translation nor a language "
+            f"modeling task; the export takes {' and '.join(KINDS.values())} checkpoints")
+    return loaded
 
 
 def plain_model_args(model_args) -> Dict:
@@ -76,10 +83,10 @@ def plain_checkpoint(loaded: Loaded, data: Optional[str] = None) -> dict:
     directory, which holds the dictionaries) becomes its task's data directory. Only what
     stock fairseq reads is kept (the configuration by the tools' one rule,
     :func:`~fairseq_shared.tools.checkpoints.with_config`)."""
-    from fairseq_shared.export.lm import is_language_model, plain_lm_config
+    from fairseq_shared.export.lm import plain_lm_config
 
     cfg = loaded.cfg
-    language_model = is_language_model(loaded.model)
+    language_model = loaded.kind is Kind.LANGUAGE_MODEL
     plain = plain_lm_config(cfg.model) if language_model else plain_model_args(cfg.model)
     checkpoint = with_config({}, cfg, plain)
     plain_cfg = checkpoint["cfg"]
@@ -138,12 +145,13 @@ def zero_ffn_sublayers(model, state: Dict[str, torch.Tensor], plain_model_cfg: D
 
 def legacy_args_checkpoint(checkpoint: dict) -> dict:
     """The same checkpoint with its model configuration as an ``argparse.Namespace`` in
-    ``args`` (fairseq's legacy layout), which CTranslate2's converter reads attributes of."""
-    from fairseq_shared.export.lm import is_lm_checkpoint, legacy_lm_args
+    ``args`` (fairseq's legacy layout), which CTranslate2's converter reads attributes of. The
+    dict carries its own kind (its task, as :func:`plain_checkpoint` wrote it)."""
+    from fairseq_shared.export.lm import legacy_lm_args
 
     legacy = dict(checkpoint)
     task = checkpoint["cfg"]["task"]
-    if is_lm_checkpoint(checkpoint):
+    if Kind.of(checkpoint) is Kind.LANGUAGE_MODEL:
         legacy["args"] = legacy_lm_args(checkpoint)
     else:
         legacy["args"] = argparse.Namespace(**{
@@ -154,14 +162,12 @@ def legacy_args_checkpoint(checkpoint: dict) -> dict:
     return legacy
 
 
-def write_dictionaries(task, out_dir: str) -> Dict[str, str]:
+def write_dictionaries(task, kind: Kind, out_dir: str) -> Dict[str, str]:
     """``dict.{src}.txt`` and ``dict.{tgt}.txt`` as fairseq-preprocess writes them
     (a language model's: ``dict.txt``)."""
-    from fairseq.tasks.language_modeling import LanguageModelingTask
-
     from fairseq_shared.export.lm import write_lm_dictionary
 
-    if isinstance(task, LanguageModelingTask):
+    if kind is Kind.LANGUAGE_MODEL:
         return write_lm_dictionary(task, out_dir)
     paths = {}
     for lang, d in ((task.cfg.source_lang, task.source_dictionary),
@@ -187,7 +193,7 @@ def write_plain(loaded: Loaded, out_dir: str, name: str = "checkpoint.pt") -> st
 def write_inputs(loaded: Loaded, out_dir: str) -> None:
     """The dictionaries and the corpus's sentencepiece model, into ``out_dir``."""
     os.makedirs(out_dir, exist_ok=True)
-    write_dictionaries(loaded.task, out_dir)
+    write_dictionaries(loaded.task, loaded.kind, out_dir)
     spm = _sentencepiece_model(loaded.cfg)
     if spm:
         shutil.copy(spm, os.path.join(out_dir, os.path.basename(spm)))

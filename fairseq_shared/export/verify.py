@@ -1,5 +1,8 @@
 """The export check: do two implementations compute the same model? (and how do their
-searches differ?)
+searches differ?) :func:`verify` runs the one for the checkpoint's kind (``Loaded.kind``,
+decided where the checkpoint was opened): :func:`verify_translation` or :func:`verify_lm`.
+
+**Translation models.**
 
 Each engine (fairseq, CTranslate2, Hugging Face) translates the verification sentences with
 fairseq's beam settings, giving ``{sentence id: (target ids with the final EOS, score)}``.
@@ -12,6 +15,12 @@ Beam searches may still pick different hypotheses (CTranslate2, for one, masks p
 minimum length before its softmax where fairseq masks after, which on a weak model changes a
 few searches): such sentences are reported, with which side found the hypothesis that the
 reference model scores higher, and never fail the check.
+
+**Language models** (:func:`verify_lm`): per-token log-probabilities of evenly spaced samples
+of a split, with teacher forcing: fairseq's ``SequenceScorer`` on the plain model must give
+exactly the shared model's; CTranslate2's ``Generator.score_batch`` must agree with fairseq to
+the ``ct2_float32`` tolerance (two implementations round differently), quantized models are
+reported only.
 """
 
 import math
@@ -19,7 +28,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from fairseq_shared.checkpoint_io import Kind
+
 Hypotheses = Dict[int, Tuple[List[int], float]]
+LMScores = Dict[int, torch.Tensor]  # sample id -> log-probability of each target token
 #: scores ``[(sentence id, target ids with EOS)]`` -> per-token log-probs of each
 Scorer = Callable[[Sequence[Tuple[int, List[int]]]], List[torch.Tensor]]
 
@@ -195,3 +207,158 @@ def summary_line(key: str, value: Dict) -> str:
               f"({s['candidate_higher']} where the candidate's hypothesis scores higher, "
               f"{s['reference_higher']} where fairseq's does, {s['tied']} tied)")
     return f"verify {key}: {model}; {search}"
+
+
+def verify_translation(shared_model, plain_model, task, dataset, ids, settings: Dict,
+                       ct2_dirs: Dict[str, str], threads: int = 1,
+                       hf_dir: Optional[str] = None) -> Dict:
+    """The check of every target: the plain checkpoint against the shared model, each
+    CTranslate2 model and the Hugging Face one against the plain one (a SAN model,
+    ``plain_model`` None: the Hugging Face one against the shared model)."""
+    from fairseq_shared.export import ct2 as ct2_lib
+
+    lenpen = settings["lenpen"]
+
+    def describe(sid: int) -> str:
+        return task.source_dictionary.string(dataset[int(sid)]["source"])
+
+    shared = fairseq_hypotheses(shared_model, task, dataset, ids, **settings)
+    report = {}
+    if plain_model is None:
+        plain_model, plain = shared_model, shared
+    else:
+        plain = fairseq_hypotheses(plain_model, task, dataset, ids, **settings)
+    score_plain = fairseq_scorer(plain_model, dataset)
+    if plain_model is not shared_model:
+        report["fairseq_plain_vs_shared"] = check(
+            shared, plain, fairseq_scorer(shared_model, dataset), score_plain,
+            TOLERANCES["fairseq_plain"], lenpen, describe)
+    for name, model_dir in ct2_dirs.items():
+        decoder = ct2_lib.CT2Decoder(model_dir, task.source_dictionary, task.target_dictionary,
+                                     threads=threads,
+                                     max_source_positions=ct2_lib.source_limit(plain_model))
+        hyps = ct2_hypotheses(decoder, plain_model, dataset, ids, **settings)
+
+        def score_ct2(pairs, decoder=decoder):
+            return decoder.score([dataset[int(sid)]["source"] for sid, _ in pairs],
+                                 [target for _, target in pairs])
+
+        report[f"ct2_{name}_vs_fairseq"] = check(
+            plain, hyps, score_plain, score_ct2, TOLERANCES[f"ct2_{name}"], lenpen, describe)
+    if hf_dir:
+        from fairseq_shared.export.hf_generation import HFEngine
+
+        engine = HFEngine(hf_dir, task.target_dictionary.pad(), task.target_dictionary.eos())
+        hyps = per_sentence_hypotheses(engine.translate, plain_model, dataset, ids, **settings)
+
+        def score_hf(pairs):
+            return engine.score([dataset[int(sid)]["source"] for sid, _ in pairs],
+                                [target for _, target in pairs])
+
+        report["hf_vs_fairseq"] = check(plain, hyps, score_plain, score_hf, TOLERANCES["hf"],
+                                        lenpen, describe)
+    return report
+
+
+# ---- language models -----------------------------------------------------------------
+def lm_fairseq_scores(model, task, dataset, ids: Sequence[int], batch_size: int = 16
+                      ) -> LMScores:
+    from fairseq.sequence_scorer import SequenceScorer
+
+    scorer = SequenceScorer(task.target_dictionary)
+    out: LMScores = {}
+    with torch.no_grad():
+        for start in range(0, len(ids), batch_size):
+            batch = [dataset[int(i)] for i in ids[start:start + batch_size]]
+            sample = dataset.collater(batch)
+            for sid, hypos in zip(sample["id"].tolist(), scorer.generate([model], sample)):
+                out[sid] = hypos[0]["positional_scores"].float()
+    return out
+
+
+def lm_ct2_input(item, dictionary) -> List[str]:
+    """One language-modeling sample as CTranslate2 scores it: the first token is the context
+    only (fairseq's first source token), every later token is scored (fairseq's targets)."""
+    source, target = item["source"].tolist(), item["target"].tolist()
+    if source[1:] != target[:-1]:
+        raise ValueError("the sample's target is not its source shifted by one token")
+    return [dictionary[t] for t in source + target[-1:]]
+
+
+def lm_ct2_scores(model_dir: str, dictionary, dataset, ids: Sequence[int], threads: int = 1,
+                  compute_type: str = "default") -> LMScores:
+    import ctranslate2
+
+    generator = ctranslate2.Generator(model_dir, device="cpu", inter_threads=1,
+                                      intra_threads=threads, compute_type=compute_type)
+    inputs = [lm_ct2_input(dataset[int(i)], dictionary) for i in ids]
+    results = generator.score_batch(inputs, max_input_length=0)
+    return {int(i): torch.tensor(r.log_probs) for i, r in zip(ids, results)}
+
+
+def compare_scores(reference: LMScores, candidate: LMScores, tolerance: float = 0.0) -> Dict:
+    """Samples whose per-token log-probabilities agree to ``tolerance`` (0: bit-identical)."""
+    if set(reference) != set(candidate):
+        raise ValueError("the two models scored different samples")
+    diffs = {sid: _diff(ref, candidate[sid]) for sid, ref in reference.items()}
+    agree = sum(d <= tolerance for d in diffs.values())
+    return {
+        "sentences": len(reference),
+        "tokens": sum(r.numel() for r in reference.values()),
+        "identical": agree,
+        "different": len(reference) - agree,
+        "max_abs_diff": max(diffs.values(), default=0.0),
+        "tolerance": tolerance,
+        "ok": agree == len(reference),
+    }
+
+
+def verify_lm(shared_model, plain_model, task, dataset, ids, ct2_dirs: Dict[str, str],
+              threads: int = 1) -> Dict:
+    """A language model's log-prob checks (the module doc)."""
+    shared = lm_fairseq_scores(shared_model, task, dataset, ids)
+    plain = lm_fairseq_scores(plain_model, task, dataset, ids)
+    report = {"fairseq_plain_vs_shared": compare_scores(shared, plain)}
+    for name, model_dir in ct2_dirs.items():
+        scores = lm_ct2_scores(model_dir, task.source_dictionary, dataset, ids, threads)
+        result = compare_scores(plain, scores, TOLERANCES["ct2_float32"])
+        if name != "float32":
+            result["required"] = False  # quantized weights change the log-probs
+        report[f"ct2_{name}_vs_fairseq"] = result
+    return report
+
+
+def lm_summary_line(key: str, value: Dict) -> str:
+    return (
+        f"verify {key}: {value['identical']}/{value['sentences']} samples with the same "
+        f"log-probs ({value['tokens']} tokens, max |diff| {value['max_abs_diff']:.2e}, "
+        f"tolerance {value['tolerance']:g}), {value['different']} different"
+        + ("" if value.get("required", True) else " (not required: quantized)")
+    )
+
+
+# ---- either kind ---------------------------------------------------------------------
+def verify(loaded, plain_model, subset: str, sentences: int, settings: Dict,
+           ct2_dirs: Dict[str, str], threads: int = 1, hf_dir: Optional[str] = None) -> Dict:
+    """The check of ``loaded``'s kind on ``sentences`` evenly spaced sentences of ``subset``
+    (``settings``: fairseq's beam settings, a translation model's only): the report's
+    ``verify`` section."""
+    from fairseq_shared.timing import select_ids
+
+    task = loaded.task
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    ids = select_ids(len(dataset), sentences).tolist()
+    if loaded.kind is Kind.LANGUAGE_MODEL:
+        return {"subset": subset, **verify_lm(loaded.model, plain_model, task, dataset, ids,
+                                              ct2_dirs, threads)}
+    return {"subset": subset, "settings": settings,
+            **verify_translation(loaded.model, plain_model, task, dataset, ids, settings,
+                                 ct2_dirs, threads, hf_dir)}
+
+
+def summary_lines(kind: str, verify_report: Dict) -> List[str]:
+    """A line for each check of a ``verify`` report of a ``kind`` (a :class:`Kind` value)."""
+    line = lm_summary_line if kind == Kind.LANGUAGE_MODEL else summary_line
+    return [line(key, value) for key, value in verify_report.items()
+            if isinstance(value, dict) and "ok" in value]

@@ -24,13 +24,16 @@ from fairseq_shared.san.policy import FLAGS
 @dataclass
 class Loaded:
     """A checkpoint a tool opened: the file's state, its configuration, the task, the model
-    (in eval mode, the checkpoint's weights loaded)."""
+    (in eval mode, the checkpoint's weights loaded), and its kind (translation or language
+    model, decided once from the task by :meth:`~fairseq_shared.checkpoint_io.Kind.of`; None:
+    another task's)."""
 
     path: str
     state: dict
     cfg: object
     task: object
     model: object
+    kind: Optional[checkpoint_io.Kind] = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def open_checkpoint(path: str, tool: str, takes: Takes, expect: Optional[str] = 
     task = checkpoint_io.setup_task(cfg.task, path, data)
     model = task.build_model(cfg.model)
     model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
-    return Loaded(path, state, cfg, task, model.eval())
+    return Loaded(path, state, cfg, task, model.eval(), checkpoint_io.Kind.of(state))
 
 
 # ---------------------------------------------------------------------------- writing
