@@ -126,8 +126,8 @@ def test_a_deep_shared_encoder_under_one_decoder_layer_exports_to_hf(tmp_path, t
     data = data_bin(tmp_path_factory)
     path = save_random_checkpoint(tmp_path / "deep.pt", data,
                                   [*DEEP_SHARED_ENCODER, *PRE_LN, "--share-all-embeddings"])
-    report = export(str(path), str(tmp_path / "out"), hf=True, data=str(data), sentences=6,
-                    max_len_b=9)
+    report = export(str(path), str(tmp_path / "out"), hf=True, hf_form="stock", data=str(data),
+                    sentences=6, max_len_b=9)
     assert report["ok"] and report["hf"]["class"] == "M2M100ForConditionalGeneration"
     check = report["verify"]["hf_vs_fairseq"]
     assert check["model_agrees"] == 6 and check["max_abs_diff"] < 1e-4, check
