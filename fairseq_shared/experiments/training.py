@@ -216,9 +216,9 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
         progress(f"[train {k}/{n}] {run.name}: {warning}")
     t0 = time.time()
     with open(log_path, "ab") as logf:
-        logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-        logf.write(f"# OMP_WAIT_POLICY {decided}"
-                   f"{' (' + warning + ')' if warning else ''}\n".encode())
+        # one header line per start of fairseq-train (the resume tests count them)
+        logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_WAIT_POLICY {decided}"
+                   f"{' (' + warning + ')' if warning else ''}: {' '.join(cmd)}\n".encode())
         offset = logf.tell()
         # the child writes its own log: what it did survives this process
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
