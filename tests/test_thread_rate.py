@@ -88,3 +88,16 @@ def test_beside_a_busy_process_auto_records_the_load_and_its_choice(toy):
     assert row["beside"] == 1 and row["requested_policy"] == "AUTO"
     assert row["busy_cores_measured"] >= 0.5  # the busy process, at this test's nice value
     assert row["wait_policy"] in ("DEFAULT", "PASSIVE")
+
+
+def test_the_logged_policy_is_read_from_the_last_start_header(tmp_path):
+    from fairseq_shared.experiments.train_rate import logged_policy
+    from fairseq_shared.experiments.training import start_header
+
+    log = tmp_path / "train.log"
+    log.write_text(start_header("DEFAULT", None, ["fairseq-train", "data"]) + "| INFO | x\n"
+                   + start_header("PASSIVE", "2 of 2 cores busy: about 2x", ["fairseq-train"]))
+    assert sum(line.startswith("# ") for line in log.read_text().splitlines()) == 2
+    assert logged_policy(str(log)) == "PASSIVE"
+    log.write_text("| INFO | no header\n")
+    assert logged_policy(str(log)) == "?"

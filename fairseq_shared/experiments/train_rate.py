@@ -15,6 +15,7 @@ fairseq-train process tree (``cpu.jsonl``, as every budget run records it). The 
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -55,8 +56,9 @@ def logged_policy(log_path: str) -> str:
     policy = "?"
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
-            if line.startswith("# OMP_WAIT_POLICY "):
-                policy = line.split()[2]
+            found = re.match(r"# .*?OMP_WAIT_POLICY (\w+)", line)
+            if found:  # the header line of each start (training.train)
+                policy = found.group(1)
     return policy
 
 

@@ -11,7 +11,7 @@ import signal
 import statistics
 import subprocess
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments import child, cpu_load
 from fairseq_shared.experiments.cpu_clock import CpuLog
@@ -163,6 +163,13 @@ def training_env(threads: int, environ=None, policy: str = "DEFAULT") -> dict:
     return cpu_load.apply_policy(env, policy)
 
 
+def start_header(policy: str, warning: Optional[str], cmd: Sequence[str]) -> str:
+    """The one line each start of fairseq-train writes to train.log: the resume tests count
+    them, and ``train_rate.logged_policy`` reads the wait policy from the last."""
+    return (f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_WAIT_POLICY {policy}"
+            f"{' (' + warning + ')' if warning else ''}: {' '.join(cmd)}\n")
+
+
 def wait_policy(threads: int, requested: Optional[str] = None, environ=None,
                 sample=cpu_load.sample_busy_cores) -> Tuple[str, Optional[str]]:
     """(the trainer's decided wait policy, a load warning or ``None``): ``requested``, else the
@@ -216,9 +223,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
         progress(f"[train {k}/{n}] {run.name}: {warning}")
     t0 = time.time()
     with open(log_path, "ab") as logf:
-        # one header line per start of fairseq-train (the resume tests count them)
-        logf.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} OMP_WAIT_POLICY {decided}"
-                   f"{' (' + warning + ')' if warning else ''}: {' '.join(cmd)}\n".encode())
+        logf.write(start_header(decided, warning, cmd).encode())
         offset = logf.tell()
         # the child writes its own log: what it did survives this process
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
