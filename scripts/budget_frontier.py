@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from fairseq_shared.experiments import evidence
+from fairseq_shared.experiments.corpus import check_corpus
 
 RESULTS = Path("results/bible_budget")
 ANCHOR = "vanilla_s1"
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     if args.workers < 1:
         p.error(f"--workers {args.workers}: allowed an integer >= 1")
     # the committed models index the dictionaries of the corpus they were trained on
-    evidence.check_corpus(args.data, args.results)
+    check_corpus(args.data, args.results)
     found = costs(Path(args.results))
     if not found:
         p.error(f"--results {args.results}: no final model with its run record in models/")

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_shared.experiments import (budget_curve, budget_findings, budget_report, evidence,
-                                        milestones)
+from fairseq_shared.experiments import (budget_curve, budget_findings, budget_report, milestones,
+                                        queue)
+from fairseq_shared.experiments.corpus import CORPUS_FILES, snapshot_corpus
 from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
 
 
@@ -78,10 +79,10 @@ def test_each_milestone_is_written_then_the_averaged_final(uninterrupted, toy):
 
 
 def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):
-    evidence.snapshot_corpus(toy, str(tmp_path / "results"))
-    evidence.work_queue([("vanilla", 1)], toy, str(tmp_path / "work"), str(tmp_path / "results"),
-                        "tiny", ["max_update=30", "save_interval_updates=10"],
-                        progress=lambda m: None)
+    snapshot_corpus(toy, str(tmp_path / "results"))
+    queue.work_pairs(budget_curve.SUITE, [("vanilla", 1)], toy, str(tmp_path / "work"),
+                     str(tmp_path / "results"), "tiny",
+                     ["max_update=30", "save_interval_updates=10"], progress=lambda m: None)
     one = json.loads((tmp_path / "results" / "runs" / "vanilla_s1.json").read_text())
     staged = written(uninterrupted)["vanilla_s1.json"]
     assert [(p["update"], p["valid_loss"]) for p in one["curve"]] == staged["curve"]
@@ -111,7 +112,7 @@ def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, t
     assert left == ""
     tracked = subprocess.run([*git, "ls-files", "results/corpus"], capture_output=True,
                              text=True).stdout.split()
-    assert sorted(tracked) == sorted(f"results/corpus/{n}" for n in evidence.CORPUS_FILES), \
+    assert sorted(tracked) == sorted(f"results/corpus/{n}" for n in CORPUS_FILES), \
         "the references and lookup baseline the tables read are committed before the first milestone"
 
 

@@ -1,5 +1,6 @@
-"""The evidence runs: a worker queue with one committed file per run, claims, and the tables
-rebuilt from those files (tiny budget on the toy corpus)."""
+"""The evidence runs, a budget without milestones of the translation suite
+(:mod:`fairseq_shared.experiments.budget_curve`): a worker queue with one committed file per run,
+claims, and the equal-updates tables rebuilt from those files (tiny budget on the toy corpus)."""
 
 import json
 import os
@@ -7,7 +8,8 @@ import subprocess
 
 import pytest
 
-from fairseq_shared.experiments import evidence, evidence_report, queue, run_record
+from fairseq_shared.experiments import budget_curve, budget_report, queue, run_record
+from fairseq_shared.experiments.corpus import CORPUS_FILES, snapshot_corpus
 from fairseq_shared.experiments.statistics import load_runs, read_lines
 from fairseq_shared.data.toydata import build_toy_corpus
 
@@ -17,10 +19,11 @@ def finished(tmp_path_factory):
     toy = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
     root = tmp_path_factory.mktemp("evidence")
     work, results = str(root / "work"), str(root / "results")
-    evidence.snapshot_corpus(toy, results)
+    snapshot_corpus(toy, results)
     items = [("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla", 2)]
     log = []
-    done = evidence.work_queue(items, toy, work, results, "tiny", progress=log.append)
+    done = queue.work_pairs(budget_curve.SUITE, items, toy, work, results, "tiny",
+                            progress=log.append)
     return toy, work, results, done, log
 
 
@@ -42,8 +45,8 @@ def test_each_run_writes_its_file(finished):
     s2 = json.load(open(os.path.join(results, "runs", "vanilla_s2.json")))
     assert s1["curve"] != s2["curve"]  # the seed reaches training
     # a second worker finds nothing left to do
-    assert evidence.work_queue([("vanilla", 1)], toy, work, results, "tiny",
-                               progress=lambda m: None) == []
+    assert queue.work_pairs(budget_curve.SUITE, [("vanilla", 1)], toy, work, results, "tiny",
+                            progress=lambda m: None) == []
 
 
 def test_learning_curve_sums_interval_seconds_once_per_interval(tmp_path):
@@ -65,7 +68,7 @@ def test_learning_curve_sums_interval_seconds_once_per_interval(tmp_path):
 
 def test_render_tables_from_run_files(finished):
     toy, _, results, _, _ = finished
-    paths = evidence_report.render(results)
+    paths = budget_report.render(results)  # no milestones/: the equal-updates tables
     text = open(paths["tables"]).read()
     audit = json.load(open(os.path.join(toy, "audit.json")))
     lk = audit["splits"]["test"]["lookup"]
@@ -116,14 +119,14 @@ def test_a_rebuilt_corpus_with_other_pieces_is_refused(finished, tmp_path):
     pinned = os.path.join(results, "corpus")
     assert open(os.path.join(pinned, "target.dict.txt"), "rb").read() == \
         open(os.path.join(toy, "bin", "dict.en.txt"), "rb").read()
-    evidence.snapshot_corpus(toy, results)  # the same build: accepted again
+    snapshot_corpus(toy, results)  # the same build: accepted again
     rebuilt = tmp_path / "toy"
     shutil.copytree(toy, rebuilt)
     lines = (rebuilt / "bin" / "dict.en.txt").read_text().splitlines()
     lines[4], lines[5] = lines[5], lines[4]  # two pieces' ids swapped: same size, other words
     (rebuilt / "bin" / "dict.en.txt").write_text("\n".join(lines) + "\n")
-    before = {n: open(os.path.join(pinned, n), "rb").read() for n in evidence.CORPUS_FILES}
+    before = {n: open(os.path.join(pinned, n), "rb").read() for n in CORPUS_FILES}
     with pytest.raises(SystemExit, match=rf"--data {rebuilt}: .*dict\.en\.txt differs from "
                                          r".*target\.dict\.txt"):
-        evidence.snapshot_corpus(str(rebuilt), results)
-    assert before == {n: open(os.path.join(pinned, n), "rb").read() for n in evidence.CORPUS_FILES}
+        snapshot_corpus(str(rebuilt), results)
+    assert before == {n: open(os.path.join(pinned, n), "rb").read() for n in CORPUS_FILES}

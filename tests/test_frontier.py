@@ -274,14 +274,14 @@ def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(budg
 
 def test_the_budget_frontier_refuses_another_build_of_the_corpus(budget_frontier, toy,  # noqa: F811
                                                                   tmp_path, capsys):
-    from fairseq_shared.experiments import evidence
+    from fairseq_shared.experiments.corpus import snapshot_corpus
 
     results = tmp_path / "results"
     (results / "models").mkdir(parents=True)
     (results / "runs").mkdir()
     (results / "models" / "vanilla_s1.pt").write_bytes(b"")
     (results / "runs" / "vanilla_s1.json").write_text(json.dumps({"N": 3, "decoder_N": 3}))
-    evidence.snapshot_corpus(toy, str(results))
+    snapshot_corpus(toy, str(results))
     assert budget_frontier.main(["--data", toy, "--results", str(results), "--dry-run"]) == 0
     assert "--checkpoints vanilla_s1=" in capsys.readouterr().out
     (results / "corpus" / "source.dict.txt").write_text("▁a 5\n")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fairseq_shared.experiments import child, evidence, queue, queue_cli
+from fairseq_shared.experiments import budget_curve, child, queue, queue_cli
 from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
 from helpers_queue import attempts as count_attempts
 
@@ -22,7 +22,7 @@ SETTINGS = ["--queue", "vanilla:1", "--budget", "tiny", "--set", "max_update=60"
 
 
 def worker(toy, root, delay=None):
-    return start_worker("evidence", toy, root, *SETTINGS, delay=delay)
+    return start_worker("budget", toy, root, *SETTINGS, delay=delay)
 
 
 def record(root, item="vanilla_s1"):
@@ -221,12 +221,14 @@ def test_a_recorded_child_that_outlived_its_worker_is_killed_on_takeover(tmp_pat
 
 
 def test_queue_parsing_names_unknown_configurations():
-    assert evidence.parse_queue("vanilla:2,san_dec2L:1") == [("vanilla", 2), ("san_dec2L", 1)]
-    assert evidence.parse_queue(None) == evidence.QUEUE
+    # the evidence budget (no milestones) takes any configuration of the catalogue
+    assert budget_curve.parse_queue("vanilla:2,san_dec2L:1,universal:1", "evidence") == [
+        ("vanilla", 2), ("san_dec2L", 1), ("universal", 1)]
+    assert budget_curve.parse_queue(None, "evidence") == budget_curve.QUEUE
     with pytest.raises(SystemExit, match="--queue: unknown configuration 'vanila'"):
-        evidence.parse_queue("vanila:1")
+        budget_curve.parse_queue("vanila:1", "evidence")
     with pytest.raises(SystemExit, match="needs a seed"):
-        evidence.parse_queue("vanilla")
+        budget_curve.parse_queue("vanilla", "evidence")
 
 
 def test_a_result_left_uncommitted_by_a_killed_worker_is_committed_by_the_next(tmp_path,

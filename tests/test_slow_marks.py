@@ -13,6 +13,7 @@ def test_starting_a_process_is_slow():
     assert spawns("subprocess.run(['fairseq-train'])")
     assert spawns("run_tool('fairseq-generate', data)")
     assert spawns("lm_evidence.work_queue(items, data, work, results, 'tiny')")
+    assert spawns("queue.work_pairs(budget_curve.SUITE, items, data, work, results, 'tiny')")
     assert spawns("recipes.prepare(task, out)")
 
 

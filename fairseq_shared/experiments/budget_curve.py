@@ -17,16 +17,24 @@ The final stage averages the last ``average_last`` interval checkpoints and deco
 model's test scores) and ``RESULTS/hyps/<name>_s<seed>_avg.<tgt>``. A stopped worker loses at
 most the updates since the last checkpoint; never a finished milestone.
 :mod:`fairseq_shared.experiments.budget_report` renders tables and plots from these files.
+
+A budget without ``milestones`` (``evidence``: the papers' comparisons at 2,000 updates,
+``results/bible_clean``) trains each item in one go and decodes its last checkpoint once
+(:func:`~fairseq_shared.experiments.run_record.run_item`): ``RESULTS/runs/<name>_s<seed>.json``
+and ``RESULTS/hyps/<name>_s<seed>.<tgt>``; any configuration of :data:`configs.CONFIGS` may be
+queued under it.
 """
 
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_shared.experiments import evidence, milestones, queue
-from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
+from fairseq_shared.experiments import milestones, queue, run_record
+from fairseq_shared.experiments.configs import BUDGETS, CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, read_cpu_log
+from fairseq_shared.experiments.decode import bleu_evaluation
 from fairseq_shared.experiments.run_record import learning_curve, record_run
+from fairseq_shared.experiments.runs import plan_run
 
 # Takase & Kiyono's and Kasai et al.'s rows with seed 1; the second seed of the three the
 # issue asks two of (3+3, cycle_rev, the shallow decoder); one seed of the rest; last, the
@@ -44,9 +52,11 @@ QUEUE: List[Tuple[str, int]] = ([(n, 1) for n in CORE] + [(n, 2) for n in TWO_SE
 NAMES = CORE + REST + ONE_WIDE_FFN
 
 
-def parse_queue(text: Optional[str]) -> List[Tuple[str, int]]:
-    """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`."""
-    return queue.parse_queue(text, QUEUE, NAMES)
+def parse_queue(text: Optional[str], budget: str = "budget_curve") -> List[Tuple[str, int]]:
+    """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`. A staged budget takes the
+    configurations of :data:`NAMES`, one without milestones any of :data:`configs.CONFIGS`."""
+    staged = "milestones" in BUDGETS.get(budget, {"milestones": "a JSON file's"})
+    return queue.parse_queue(text, QUEUE, NAMES if staged else [c["name"] for c in CONFIGS])
 
 
 def model_path(results: str, name: str, seed: int) -> Path:
@@ -70,8 +80,8 @@ def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, res
                      progress) -> Dict:
     """Decode the checkpoint at ``k`` updates; the milestone's record."""
     checkpoint = milestones.checkpoint_at(run.dir, k) or run.checkpoint
-    test = evidence.bleu_evaluation(data, budget, results, item.name, item.seed, progress,
-                                    checkpoint=checkpoint, hyps=f"_u{k}")(run, {})
+    test = bleu_evaluation(data, budget, results, item.name, item.seed, progress,
+                           checkpoint=checkpoint, hyps=f"_u{k}")(run, {})
     costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")), k)
     curve = [p for p in learning_curve(os.path.join(run.dir, "train.log"), costs)
              if p["update"] <= k]
@@ -103,9 +113,9 @@ def averaged_evaluation(run, item: queue.Item, k: int, data: str, budget: Dict, 
 
     averaged = averaged_path(run, budget, k)
     inputs = milestones.average_last(run.dir, int(budget["average_last"]), k, averaged)
-    test = evidence.bleu_evaluation(data, budget, results, item.name, item.seed, progress,
-                                    checkpoint=averaged,
-                                    hyps=hyps if hyps is not None else f"_u{k}_avg")(run, {})
+    test = bleu_evaluation(data, budget, results, item.name, item.seed, progress,
+                           checkpoint=averaged,
+                           hyps=hyps if hyps is not None else f"_u{k}_avg")(run, {})
     loss = valid_loss(averaged, corpus_paths(data)[0], threads=int(budget["threads"]))
     return {"of": [os.path.basename(p) for p in inputs], "valid_loss": loss["loss"],
             "valid_nll_loss": loss.get("nll_loss"), **test}
@@ -115,8 +125,11 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
              budget_name: str = "budget_curve", overrides: Sequence[str] = (), progress=print,
              commit_repo: Optional[str] = None) -> Dict:
     budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
+    if not budget.get("milestones"):  # one stage: the last checkpoint decoded once
+        return run_record.run_item(name, seed, data, work, results, budget_name, overrides,
+                                   progress)
     config = select_configs(CONFIGS, name, None)[0]
-    run = evidence.plan_run(config, seed, data, work, budget, progress)
+    run = plan_run(config, seed, data, work, budget, progress)
     if run.skip_reason:
         raise RuntimeError(f"{queue.item_id(name, seed)}: {run.skip_reason}")
     item = queue.Item(name, seed)
@@ -219,9 +232,9 @@ def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[L
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
     for path in sorted((Path(ctx.results) / "milestones").glob(f"{item.id}_u*.json")):
         hyps += milestone_files(ctx.results, queue.read_json(path))
-    return hyps, (f"budget: {item.id} finished (average of the last checkpoints: BLEU "
-                  f"{result['test']['bleu']:.2f}, {result['updates']} updates)" if hyps
-                  else f"budget: {item.id} finished")
+    averaged = "average of the last checkpoints: " if "average_of" in result else ""
+    return hyps, (f"budget: {item.id} finished ({averaged}BLEU {result['test']['bleu']:.2f}, "
+                  f"{result['updates']} updates)" if hyps else f"budget: {item.id} finished")
 
 
 SUITE = queue.Suite(

@@ -9,8 +9,8 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.budget_curve import NAMES
 from fairseq_shared.experiments.budget_summary import valid_losses
-from fairseq_shared.experiments.configs import CONFIGS, depths, load_budget, select_configs
-from fairseq_shared.experiments.evidence_report import BASELINES
+from fairseq_shared.experiments.configs import (BASELINES, CONFIGS, depths, load_budget,
+                                                select_configs)
 from fairseq_shared.experiments.statistics import compare, compare_bleu, pooled_sd
 
 BASELINE = "vanilla"

@@ -13,6 +13,11 @@ configuration, the band spanning the seeds), and ``RESULTS/summary.md``
 (:mod:`fairseq_shared.experiments.budget_summary`: the README's table, joined with the frontier
 of the same final models in ``RESULTS/frontier/``, whose table, pick and plots it renders again).
 
+A suite without milestones (budget ``evidence``, ``results/bible_clean``: every configuration
+at 2,000 updates) gets the papers' tables instead (:func:`render_equal_updates`): one row per
+configuration against its table's baseline, ``RESULTS/summary.csv`` and
+``RESULTS/learning_curves.png``.
+
 The runs' own CPU totals come from several machines and loads, so training cost is compared
 with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
 update, measured on one machine in one run (``python -m fairseq_shared.cli.budget rates``,
@@ -20,6 +25,7 @@ formerly ``scripts/thread_rate.py``). The CPU-hours axis is
 then updates times that rate.
 """
 
+import csv
 import json
 import statistics
 from collections import defaultdict
@@ -34,12 +40,26 @@ from fairseq_shared.experiments.budget_findings import (BASELINE, averaging_line
                                                         valid_curve)
 from fairseq_shared.experiments.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from fairseq_shared.experiments.budget_summary import summary_table, valid_losses, versus_cell
-from fairseq_shared.experiments.configs import load_budget
-from fairseq_shared.experiments.statistics import (fmt_paired, fmt_seeds, paired_by_seed,
+from fairseq_shared.experiments.configs import BASELINES, load_budget
+from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update, fmt_difference,
+                                                   fmt_paired, fmt_seeds, load_runs, lookup_lines,
+                                                   paired_by_seed, plot_curves, pooled_sd,
                                                    read_lines, save_panels)
 
 RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
+EQUAL_UPDATES_COMMAND = ("python -m fairseq_shared.cli.budget run --data work/bible --budget "
+                         "evidence --results results/bible_clean --work work/evidence --commit")
+#: the equal-updates tables -> (title, rows in order); "lookup" is the audit's no-model baseline
+EQUAL_UPDATE_TABLES = {
+    "takase": ("Takase & Kiyono: N layers over M parameter sets (equal updates)",
+               ["lookup", "vanilla", "vanilla_2L", "sequence_2L", "cycle_2L", "cycle_rev_2L",
+                "universal"]),
+    "albert": ("ALBERT-style sub-layer sharing (all layers of a stack, equal updates)",
+               ["lookup", "vanilla", "attn_shared", "ffn_shared", "universal"]),
+    "xiao": ("Xiao et al.: attention-weight sharing in a 2L-layer decoder (equal updates)",
+             ["lookup", "vanilla_dec2L", "san_dec2L"]),
+}
 
 
 def load(results: str):
@@ -236,11 +256,18 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
                        "seeds)", out / "budget_curves.png", legend=False)
 
 
-def render(results: str, command: str = COMMAND) -> Dict[str, str]:
+def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
+    """The suite's tables and plots; the budget curves' where ``RESULTS/milestones/`` exists,
+    else the equal-updates tables (:func:`render_equal_updates`)."""
     out = Path(results)
     if not (out / "corpus" / "audit.json").exists():
         raise SystemExit(f"--results {results}: no corpus/audit.json there; a worker copies it "
                          "on starting (python -m fairseq_shared.cli.budget run --data ...)")
+    audit = json.loads((out / "corpus" / "audit.json").read_text(encoding="utf-8"))
+    refs = read_lines(out / "corpus" / "test.ref")
+    if not (out / "milestones").is_dir():
+        return render_equal_updates(results, audit, refs, command or EQUAL_UPDATES_COMMAND)
+    command = command or COMMAND
     stages, finals = load(results)
     long_stages, long_finals = load(str(out / LONG))
     finals = with_long_seeds(finals, long_stages, LONG_AT)
@@ -248,8 +275,6 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
         for seed, ms in by_seed.items():
             if seed not in stages.get(name, {}):
                 stages[name][seed] = {k: m for k, m in ms.items() if k <= LONG_AT}
-    audit = json.loads((out / "corpus" / "audit.json").read_text(encoding="utf-8"))
-    refs = read_lines(out / "corpus" / "test.ref")
     lookup = audit["splits"]["test"].get("lookup")
     updates = sorted({k for by_seed in stages.values() for m in by_seed.values() for k in m})
     records = [m for by_seed in stages.values() for ms in by_seed.values() for m in ms.values()]
@@ -298,6 +323,92 @@ def render(results: str, command: str = COMMAND) -> Dict[str, str]:
                               lookup["bleu"] if lookup else None), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
+    if figure:
+        paths["plot"] = figure
+    return paths
+
+
+def equal_updates_table(key: str, runs: Dict[str, List[Dict]], lookup: Dict, results: str,
+                        refs: List[str]) -> str:
+    """One of :data:`EQUAL_UPDATE_TABLES`: each row against the table's baseline."""
+    title, names = EQUAL_UPDATE_TABLES[key]
+    base = runs.get(BASELINES[key])
+    lines = [f"## {title}", "",
+             "| method | layers enc+dec | sets M | params | seeds | updates | s/update (x vanilla) "
+             "| valid loss | test BLEU (mean ± sd [95% over seeds], per seed) | test chrF "
+             "| vs baseline [95%: seeds and test sampling] | single models of one seed against "
+             "the baseline's (test sampling only: ΔBLEU, bootstrap p) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+    pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
+    base_spu = statistics.mean(cost_per_update(r) for r in base) if base else None
+    for name in names:
+        if name == "lookup":
+            lines += lookup_lines(lookup, 12, 8)
+            continue
+        if name not in runs:
+            lines.append(f"| {name} | not run yet | | | | | | | | | | |")
+            continue
+        rs, first = runs[name], runs[name][0]
+        compared = base and name != base[0]["name"]
+        spu = statistics.mean(cost_per_update(r) for r in rs)
+        rel = f" (x{spu / base_spu:.2f})" if base_spu else ""
+        valid = [r["valid_loss"] for r in rs if r["valid_loss"] is not None]
+        versus = fmt_difference(compare_bleu(base, rs, pooled, results, refs)) if compared else "-"
+        paired = (fmt_paired(paired_by_seed(base, rs, results, refs)) if compared else "") or "-"
+        lines.append(
+            f"| {first['label']} | {first['N']}+{first.get('decoder_N', first['N'])} | "
+            f"{first['M']} | {first['params']:,} | {len(rs)} | "
+            f"{'/'.join(str(u) for u in sorted({r['updates'] for r in rs}))} | {spu:.2f}{rel} | "
+            f"{fmt_seeds(valid, '.3f') if valid else '-'} | "
+            f"{fmt_seeds([r['test']['bleu'] for r in rs])} | "
+            f"{fmt_seeds([r['test']['chrf'] for r in rs])} | {versus} | {paired} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_equal_updates(results: str, audit: Dict, refs: List[str],
+                         command: str) -> Dict[str, str]:
+    """``RESULTS/tables.md`` (:data:`EQUAL_UPDATE_TABLES`), ``summary.csv`` and
+    ``learning_curves.png`` of a suite whose runs all train to the same update (no milestones)."""
+    out = Path(results)
+    runs = load_runs(results)
+    test = audit["splits"]["test"]
+    parts = [equal_updates_table(key, runs, test["lookup"], results, refs)
+             for key in EQUAL_UPDATE_TABLES]
+    header = ["# Evidence runs on the clean Bible split", "",
+              f"Produced by `{command}` (one worker per core); tables regenerated from "
+              "`runs/*.json` by `python -m fairseq_shared.cli.budget render --results "
+              "results/bible_clean`.", ""]
+    any_run = next((rs[0] for rs in runs.values()), None)
+    if any_run:
+        b = any_run["budget"]
+        header += [
+            f"Budget `{b['name']}`: d={b['dim']}, FFN {b['ffn']}, {b['heads']} heads, L={b['L']}, "
+            f"lr {b['lr']} (inverse sqrt, warm-up {b['warmup_updates']}), max tokens "
+            f"{b['max_tokens']}, dropout {b['dropout']}, {b['threads']} training thread per run. "
+            f"Test = John ({test['pairs']} verses), valid = Acts; test near-duplicates in train "
+            f"(chrF >= 70): {100 * test['near_duplicate_share']['70']:.1f}%. "
+            f"Decoding: beam {b['beam']}, lenpen {b['lenpen']}, detokenized sacreBLEU/chrF "
+            f"(`{any_run['test']['bleu_signature']}`). Paired bootstrap: sacreBLEU, 1000 "
+            "samples, against the table's baseline with the same seed.",
+            "s/update is the CPU seconds of the training process per update (one thread; "
+            "`training_cpu_seconds` in the run files), which other jobs on the machine do not "
+            "inflate as they do wall time; runs that predate this record use wall seconds per "
+            "update measured while two runs and other work shared the 2-core machine.", ""]
+    (out / "tables.md").write_text("\n".join(header) + "\n" + "\n".join(parts),
+                                   encoding="utf-8")
+    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["config", "seed", "params", "updates", "training_seconds",
+                    "training_cpu_seconds", "valid_loss", "bleu", "chrf"])
+        for name, rs in sorted(runs.items()):
+            w.writerows([name, r["seed"], r["params"], r["updates"],
+                         round(r["training_seconds"], 1), r.get("training_cpu_seconds"),
+                         r["valid_loss"], r["test"]["bleu"], r["test"]["chrf"]] for r in rs)
+    paths = {"tables": str(out / "tables.md"), "csv": str(out / "summary.csv")}
+    figure = plot_curves(runs, out / "learning_curves.png", "valid_loss",
+                         "valid loss (label-smoothed CE, base 2)",
+                         "Learning curves on the clean Bible split (valid = Acts)",
+                         wall="training minutes (wall, 1 thread, shared 2-core machine)")
     if figure:
         paths["plot"] = figure
     return paths

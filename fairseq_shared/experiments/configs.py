@@ -99,6 +99,9 @@ def _distilled(name: str) -> Dict:
 CONFIGS += [_distilled(n) for n in ("vanilla", "vanilla_2L_dec1", "cycle_rev_4L_dec1")]
 
 TABLES = ("takase", "albert", "xiao")
+#: each table's unshared baseline (the budget report compares a configuration with the
+#: baseline of its first table, where that is not vanilla 3+3)
+BASELINES = {"takase": "vanilla", "albert": "vanilla", "xiao": "vanilla_dec2L"}
 
 # ---------------------------------------------------------------------------- budgets
 # decode_threads: 1 by default. On a 2-core machine shared with anything else, 2 intra-op
@@ -134,7 +137,8 @@ BUDGETS: Dict[str, Dict] = {
                   max_tokens=4096, lr=0.0015, warmup_updates=150, dropout=0.1, threads=2,
                   save_interval_updates=100, log_interval=20, seed=1, device="cpu",
                   **{**_DECODE_DEFAULTS, "subset": 300, "repeats": 2, "warmup_batches": 3}),
-    # the evidence runs on the clean split (fairseq_shared.experiments.evidence): 2 runs side by side at
+    # the evidence runs on the clean split (results/bible_clean; the budget command with --budget
+    # evidence, fairseq_shared.experiments.budget_curve): 2 runs side by side at
     # 1 thread each; valid loss every 100 updates for the learning curves, all checkpoints kept.
     # d=128 with 2k-token batches: measured here, it reaches a lower valid loss per CPU-second
     # than d=256 with 4k-token batches in this regime (7.88 after ~5 min vs 8.14 after ~12).

@@ -1,8 +1,11 @@
 """A prepared corpus's layout: the fairseq-preprocess directory, the language pair, whether
-the dictionaries are joined."""
+the dictionaries are joined; and its snapshot beside a suite's results (:func:`snapshot_corpus`),
+which pins the build the results were made on."""
 
 import os
 import re
+from pathlib import Path
+from typing import Dict, List
 
 def corpus_paths(data: str):
     """-> (bin_dir, src, tgt, joined). Data is the corpus root (with bin/) or a bin dir."""
@@ -52,3 +55,54 @@ def training_bin(data: str, config_data: str = "raw") -> str:
                          f"distilled trains on it); write it with python -m "
                          f"fairseq_shared.cli.distill --teacher CKPT --data {data}")
     return distilled
+
+
+#: what :func:`snapshot_corpus` copies into ``RESULTS/corpus/``: the tables read the references
+#: and the lookup baseline from there; a worker with ``--commit`` commits them before its first
+#: run (``queue_cli.main``), so the results are never committed without them.
+CORPUS_FILES = ("test.ref", "audit.json", "audit.md", "lookup.test.hyp", "source.dict.txt",
+                "target.dict.txt")
+#: the files that bind results to one build of the corpus: the references they are scored
+#: against and the dictionaries their models index (a rebuilt corpus with other pieces would
+#: decode a committed model into other words, without an error)
+PINNED_FILES = ("test.ref", "source.dict.txt", "target.dict.txt")
+
+
+def corpus_sources(data: str) -> Dict[str, Path]:
+    """``{snapshot name: the corpus's file}`` for :data:`CORPUS_FILES`."""
+    bin_dir, src, tgt, _ = corpus_paths(data)
+    root = Path(data)
+    return dict(zip(CORPUS_FILES, (root / "raw" / f"test.{tgt}", root / "audit.json",
+                                   root / "audit.md", root / f"lookup.test.{tgt}",
+                                   Path(bin_dir) / f"dict.{src}.txt",
+                                   Path(bin_dir) / f"dict.{tgt}.txt")))
+
+
+def check_corpus(data: str, results: str) -> Dict[str, Path]:
+    """Refuse ``data`` if it is another build of the corpus than the one ``results`` were made
+    on (a pinned file of the snapshot differs); -> the corpus's files."""
+    sources = corpus_sources(data)
+    for name, src in sources.items():
+        if not src.exists():
+            raise SystemExit(f"{src} is missing: build the corpus with its audit first "
+                             "(python -m fairseq_shared.cli.bible, or data.audit RAW_DIR)")
+        pinned = Path(results) / "corpus" / name
+        if name in PINNED_FILES and pinned.exists() and pinned.read_bytes() != src.read_bytes():
+            raise SystemExit(f"--data {data}: {src} differs from {pinned}, which the results in "
+                             f"{results} were made with; they belong to another build of the "
+                             "corpus (use another --results directory, or the corpus they name)")
+    return sources
+
+
+def snapshot_corpus(data: str, results: str) -> List[Path]:
+    """Copy the test references, the corpus audit (lookup baseline) and the dictionaries next
+    to the results, so that the tables can be rebuilt from committed files and the committed
+    models decoded with the dictionaries they were trained with; refuse another build of the
+    corpus (:func:`check_corpus`). -> the snapshot's files."""
+    import shutil
+
+    dst = Path(results) / "corpus"
+    dst.mkdir(parents=True, exist_ok=True)
+    for name, src in check_corpus(data, results).items():
+        shutil.copyfile(src, dst / name)
+    return [dst / name for name in CORPUS_FILES]

@@ -1,13 +1,16 @@
 """Decoding settings of a budget, the main job's models decoded in one interleaved timing run
-(cached by a key over the checkpoints and the decode settings), and the corpus's lookup
-baseline on the same sentences."""
+(cached by a key over the checkpoints and the decode settings), the corpus's lookup
+baseline on the same sentences, and a run's test set decoded once and scored
+(:func:`bleu_evaluation`, the ``evaluate`` hook of translation runs)."""
 
 import hashlib
 import json
 import os
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
 
 from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.queue import item_id
 
 def decode_args(budget: Dict) -> List[str]:
     args = ["--beam", str(budget["beam"]), "--lenpen", str(budget["lenpen"]),
@@ -79,3 +82,40 @@ def heldout_baseline(data: str, budget: Dict, decode: Optional[Dict], out: str,
                                             lookup["near_duplicate_positions"])
                 r["bleu_clean"], r["chrf_clean"] = clean["bleu"], clean["chrf"]
     return lookup
+
+
+def decode_test(checkpoint: str, data: str, budget: Dict, label: str, hyp_path: Path,
+                progress=print) -> Dict:
+    """Decode the whole test set once with ``checkpoint``; write the detokenized hypotheses
+    to ``hyp_path``; returns sacreBLEU's BLEU/chrF (with signatures) and the decoding report."""
+    from fairseq_shared import timing
+    from fairseq_shared.data.scoring import score
+
+    report = timing.benchmark({label: checkpoint}, data, decode_args(budget),
+                              warmup=0, repeats=1, threads=budget["decode_threads"],
+                              progress=progress)
+    res = report.models[0]
+    hyp_path.parent.mkdir(parents=True, exist_ok=True)
+    hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")
+    scored = score(res.hypotheses, report.references)
+    return {"bleu": scored["bleu"], "chrf": scored["chrf"],
+            "bleu_signature": scored["bleu_signature"],
+            "chrf_signature": scored["chrf_signature"], "sentences": scored["n"],
+            "decode_tokens_per_s_single_pass": res.summary().get("tokens_per_s_median"),
+            "decode_settings": report.settings}
+
+
+def bleu_evaluation(data: str, budget: Dict, results: str, name: str, seed: int,
+                    progress=print, checkpoint: Optional[str] = None, hyps: str = "") -> Callable:
+    """The ``evaluate`` hook of translation runs: the whole test set decoded once from
+    ``checkpoint`` (default the run's last), hypotheses written to
+    ``RESULTS/hyps/<name>_s<seed><hyps>.<tgt>``; BLEU/chrF with signatures."""
+    def evaluate(run, result: Dict) -> Dict:
+        tgt = corpus_paths(data)[2]
+        hyp_path = Path(results) / "hyps" / f"{item_id(name, seed)}{hyps}.{tgt}"
+        progress(f"[decode] {item_id(name, seed)}: decoding the test set")
+        test = decode_test(checkpoint or run.checkpoint, data, budget, name, hyp_path, progress)
+        settings = test.pop("decode_settings")
+        return {"test": {**test, "hypotheses": str(hyp_path.relative_to(results))},
+                "decode_settings": settings}
+    return evaluate

@@ -1,5 +1,5 @@
 """Relaxed sharing, converted models and a learned pattern on the clean Bible split, measured
-against the evidence runs (:mod:`fairseq_shared.experiments.evidence`, same budget and seed).
+against the evidence runs (``results/bible_clean``, budget ``evidence``, same seed).
 
 Three kinds of item, each writing ``RESULTS/runs/<item>_s<seed>.json`` (and hypotheses) the
 moment it finishes, committed by the worker:
@@ -24,10 +24,12 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_shared.experiments import evidence, queue
+from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.configs import load_budget
 from fairseq_shared.experiments.corpus import corpus_paths
+from fairseq_shared.experiments.decode import decode_test
 from fairseq_shared.experiments.milestones import checkpoint_at
+from fairseq_shared.experiments.run_record import run_item
 
 FINETUNE_UPDATES = 500  # a quarter of the evidence budget's 2,000 updates
 
@@ -94,8 +96,8 @@ def items(seeds: Sequence[int], dirs: Dict[str, str]) -> List[queue.Item]:
 def run_train(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
               progress) -> Dict:
     config = cycle_rev_config(name, settings["rank"], tables=["relaxed"])
-    return evidence.run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
-                             progress=progress, config=config)
+    return run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
+                    progress=progress, config=config)
 
 
 def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
@@ -115,22 +117,22 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
     progress(f"[relaxed] {name}_s{seed}: converting {source}")
     report = convert_sharing.convert_checkpoint(source, converted, changes)
     hyps = Path(dirs["results"]) / "hyps"
-    after = evidence.decode_test(converted, data, budget, name, hyps / f"{name}_s{seed}.converted.{tgt}",
-                                 progress)
+    after = decode_test(converted, data, budget, name, hyps / f"{name}_s{seed}.converted.{tgt}",
+                        progress)
     ft_name = f"{name}_ft{FINETUNE_UPDATES}"
     config = cycle_rev_config(ft_name, rank, tables=["relaxed"])
     config["extra"] = config["extra"] + ["--finetune-from-model", os.path.abspath(converted)]
-    tuned = evidence.run_item(ft_name, seed, data, dirs["work"], dirs["results"], budget_name,
-                              overrides=[f"max_update={FINETUNE_UPDATES}"], progress=progress,
-                              config=config)
+    tuned = run_item(ft_name, seed, data, dirs["work"], dirs["results"], budget_name,
+                     overrides=[f"max_update={FINETUNE_UPDATES}"], progress=progress,
+                     config=config)
     queue.write_result(queue.result_path(dirs["results"], ft_name, seed), tuned)
     suite, scratch_name = settings["scratch"]
     work = dirs["evidence_work"] if suite == "evidence" else dirs["work"]
     scratch_ckpt = checkpoint_at(evidence_run_dir(work, scratch_name, seed), FINETUNE_UPDATES)
     scratch = None
     if scratch_ckpt:
-        scratch = evidence.decode_test(scratch_ckpt, data, budget, scratch_name,
-                                       hyps / f"{name}_s{seed}.scratch.{tgt}", progress)
+        scratch = decode_test(scratch_ckpt, data, budget, scratch_name,
+                              hyps / f"{name}_s{seed}.scratch.{tgt}", progress)
         scratch.pop("decode_settings")
     after.pop("decode_settings")
     return {
@@ -161,8 +163,8 @@ def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
     config = dict(name=name, label="Learned map (update CKA, adjacent)", strategy="cycle_rev",
                   N="2L", M="L", tables=["relaxed"],
                   encoder_strategy=patterns["encoder"], decoder_strategy=patterns["decoder"])
-    result = evidence.run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
-                               progress=progress, config=config)
+    result = run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
+                      progress=progress, config=config)
     result["learned"] = {"patterns": patterns, "flags": record["flags"],
                          "files": str(out.relative_to(dirs["results"]))}
     return result

@@ -2,14 +2,18 @@
 a run, the updates its last checkpoint holds, and :func:`record_run`, the result keys every
 trained run shares (parameters, updates, training seconds and CPU seconds, the valid curve,
 the exact training command) around a suite's ``evaluate`` hook (BLEU for translation,
-``fairseq-eval-lm`` for language models)."""
+``fairseq-eval-lm`` for language models); :func:`run_item`, one translation run trained,
+its test set decoded once and scored."""
 
 import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
+from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
+from fairseq_shared.experiments.decode import bleu_evaluation
 from fairseq_shared.experiments.queue import Item
+from fairseq_shared.experiments.runs import plan_run
 from fairseq_shared.experiments.training import checkpoint_progress, log_records, train
 
 
@@ -82,4 +86,23 @@ def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], D
         "train_command": command or run.train_command()[1:],
     }
     result.update(evaluate(run, result))
+    return result
+
+
+def run_item(name: str, seed: int, data: str, work: str, results: str, budget_name: str,
+             overrides: Sequence[str] = (), progress=print, config: Optional[Dict] = None) -> Dict:
+    """Train (or finish) one configuration (of ``configs.CONFIGS``, or ``config``) with one
+    seed, decode the test set and write its hypotheses; returns the result dict (the queue
+    writes it to ``RESULTS/runs/<name>_s<seed>.json``)."""
+    budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
+    config = config or select_configs(CONFIGS, name, None)[0]
+    run = plan_run(config, seed, data, work, budget, progress)
+    item = Item(name, seed)
+    result = record_run(run, item, config.get("label", name),
+                        bleu_evaluation(data, budget, results, name, seed, progress), progress)
+    result.update({"tables": config.get("tables", []), "decoder_N": run.dec_N,
+                   "data": os.path.abspath(data), "run_dir": os.path.abspath(run.dir)})
+    progress(f"[run] {item.id}: {result['updates']} updates, valid loss "
+             f"{result['valid_loss']}, test BLEU {result['test']['bleu']:.2f} chrF "
+             f"{result['test']['chrf']:.2f}")
     return result

@@ -1,5 +1,6 @@
 """One configuration under one budget (:class:`Run`: its training command, its state on disk),
-its parameter count, and a plan of several (:func:`make_plan`, :func:`print_plan`)."""
+its parameter count, and a plan of several (:func:`make_plan`, :func:`print_plan`) or of one
+seed's run (:func:`plan_run`)."""
 
 import hashlib
 import json
@@ -163,6 +164,13 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
     finally:
         logging.disable(logging.NOTSET)
     return runs
+
+
+def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict, progress=print) -> Run:
+    """The :class:`Run` of ``config`` with ``seed``, under ``WORK/runs_s<seed>/<name>`` (its
+    parameters counted)."""
+    return make_plan([config], budget, data, os.path.join(work, f"out_s{seed}"), log=progress,
+                     runs_dir=os.path.join(work, f"runs_s{seed}"))[0]
 
 
 def print_plan(runs: List[Run], budget: Dict, log=print):

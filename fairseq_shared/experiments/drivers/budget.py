@@ -3,18 +3,21 @@ updates (or its early stop), the test set decoded and committed at every milesto
 
     python -m fairseq_shared.cli.budget run --data work/bible [--queue vanilla:1,...] [--commit]
     python -m fairseq_shared.cli.budget plan
-    python -m fairseq_shared.cli.budget render
+    python -m fairseq_shared.cli.budget render [--results results/bible_clean]
     python -m fairseq_shared.cli.budget validate --data work/bible [--commit]
     python -m fairseq_shared.cli.budget rates --data work/bible --out RATES.json \
         [--configs vanilla,...] [--threads 1,2] [--beside 0,1,2] [--wait-policy AUTO,...]
 
 ``run`` is a worker of the run queue (:mod:`fairseq_shared.experiments.queue`; one per core):
 the next item of :data:`fairseq_shared.experiments.budget_curve.QUEUE` that is neither finished
-nor held by another worker. With ``--commit`` each milestone's files are committed the moment
-they exist, and the final record when the run ends. ``render`` rebuilds ``RESULTS/tables.md``,
-``RESULTS/budget_curves.png``, ``RESULTS/summary.md`` and the frontier of the final models
-(``RESULTS/frontier/``) from the committed files. ``validate`` gives the finished runs that
-predate it their averaged model's valid loss, as the final stage now measures it. ``rates``
+nor held by another worker (``--budget evidence --results results/bible_clean``: the papers'
+comparisons at 2,000 updates, one stage, any configuration). With ``--commit`` each
+milestone's files are committed the moment they exist, and the final record when the run ends.
+``render`` rebuilds ``RESULTS/tables.md``, ``RESULTS/budget_curves.png``, ``RESULTS/summary.md``
+and the frontier of the final models (``RESULTS/frontier/``) from the committed files (results
+without milestones: the equal-updates tables, ``summary.csv`` and ``learning_curves.png``).
+``validate`` gives the finished runs that predate it their averaged model's valid loss, as the
+final stage now measures it. ``rates``
 measures each configuration's steady seconds per update from scratch
 (:mod:`fairseq_shared.experiments.train_rate`), alone or beside ``--beside`` busy processes
 (the load benchmark, ``results/load_benchmark/``), under each ``--wait-policy``.
@@ -25,7 +28,8 @@ import os
 import sys
 import time
 
-from fairseq_shared.experiments import budget_curve, evidence, queue
+from fairseq_shared.experiments import budget_curve, queue
+from fairseq_shared.experiments.corpus import check_corpus, snapshot_corpus
 from fairseq_shared.experiments.queue_cli import Command, main as queue_main
 
 DEFAULT_RESULTS = "results/bible_budget"
@@ -42,9 +46,13 @@ def plan(args, items):
     from fairseq_shared.experiments.queue_cli import print_plan
 
     budget = load_budget(args.budget, args.set)
-    print(f"budget {budget['name']}: milestones {budget['milestones']}, at most "
-          f"{budget['max_update']} updates, early stop after {budget['patience']} validations "
-          f"(every {budget['save_interval_updates']} updates) without a better valid loss")
+    if budget.get("milestones"):
+        print(f"budget {budget['name']}: milestones {budget['milestones']}, at most "
+              f"{budget['max_update']} updates, early stop after {budget['patience']} "
+              f"validations (every {budget['save_interval_updates']} updates) without a better "
+              "valid loss")
+    else:
+        print(f"budget {budget['name']}: {budget['max_update']} updates, one stage")
     print_plan(COMMAND, args, items)
     for item in items:
         done = sorted(budget_curve.milestone_path(args.results, item.name, item.seed, 0)
@@ -61,7 +69,7 @@ def add_validate_arguments(p):
 
 
 def validate(args) -> int:
-    evidence.check_corpus(args.data, args.results)
+    check_corpus(args.data, args.results)
     changed = budget_curve.backfill_valid_loss(args.results, args.data, args.work)
     if args.commit and changed:
         queue.commit(changed, f"budget: averaged models' valid loss for {len(changed)} runs "
@@ -113,9 +121,9 @@ def rates(args) -> int:
 COMMAND = Command(
     budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget",
     budget="budget_curve",
-    items=lambda args: [queue.Item(n, s) for n, s in budget_curve.parse_queue(args.queue)],
-    render=render, plan=plan,
-    prepare=lambda args: evidence.snapshot_corpus(args.data, args.results),
+    items=lambda args: [queue.Item(n, s)
+                        for n, s in budget_curve.parse_queue(args.queue, args.budget)],
+    render=render, plan=plan, prepare=lambda args: snapshot_corpus(args.data, args.results),
     commands={"validate": (add_validate_arguments, validate),
               "rates": (add_rates_arguments, rates)})
 

@@ -5,9 +5,9 @@ evidence runs (:mod:`fairseq_shared.experiments.relaxed`).
     python -m fairseq_shared.cli.relaxed plan
     python -m fairseq_shared.cli.relaxed render
 
-``run`` is a worker of the run queue like ``cli.evidence run`` (one per core; claims; each finished item's
-files committed at once with ``--commit``); items whose inputs (the evidence runs they
-convert or compare with) are not finished yet wait for them. ``render``
+``run`` is a worker of the run queue like ``cli.budget run`` (one per core; claims; each
+finished item's files committed at once with ``--commit``); items whose inputs (the evidence
+runs they convert or compare with) are not finished yet wait for them. ``render``
 rebuilds ``RESULTS/tables.md`` from the run files.
 """
 
