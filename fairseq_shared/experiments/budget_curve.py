@@ -59,16 +59,10 @@ def parse_queue(text: Optional[str], budget: str = "budget_curve") -> List[Tuple
     return queue.parse_queue(text, QUEUE, NAMES if staged else [c["name"] for c in CONFIGS])
 
 
-def model_path(results: str, name: str, seed: int) -> Path:
-    """A committed averaged final model, weights only (the 13 runs of 2026-12-01/02; the
-    frontier timed them in one run). Newer runs keep theirs under :func:`kept_model_path`,
-    uncommitted: main takes no more model binaries."""
-    return Path(results) / "models" / f"{queue.item_id(name, seed)}.pt"
-
-
 def kept_model_path(work: str, name: str, seed: int) -> Path:
     """The averaged final model of a run, weights only, kept in the work directory for a
-    frontier run on this machine (never committed)."""
+    frontier run on this machine (never committed: main takes no more model binaries; the 13
+    committed ones are under ``RESULTS/models/``)."""
     return Path(work) / "models" / f"{queue.item_id(name, seed)}.pt"
 
 
@@ -176,32 +170,6 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     result.update({"tables": ["budget"], "decoder_N": run.dec_N, "data": os.path.abspath(data),
                    "run_dir": os.path.abspath(run.dir)})
     return result
-
-
-def backfill_valid_loss(results: str, data: str, work: str, progress=print) -> List[Path]:
-    """Give every finished run record without one its averaged model's valid loss
-    (``average_valid_loss``, measured as the final stage now does), from the committed model
-    (:func:`model_path`) or the one kept in ``work``; -> the records changed."""
-    from fairseq_shared.experiments.corpus import corpus_paths
-    from fairseq_shared.experiments.valid_loss import valid_loss
-
-    changed = []
-    for path in sorted((Path(results) / "runs").glob("*.json")):
-        record = queue.read_json(path)
-        if record.get("average_valid_loss") is not None:
-            continue
-        name, seed = record["name"], record["seed"]
-        model = next((p for p in (model_path(results, name, seed),
-                                  kept_model_path(work, name, seed)) if p.exists()), None)
-        if model is None:
-            progress(f"[budget] {path.name}: no averaged model here; left without a valid loss")
-            continue
-        loss = valid_loss(str(model), corpus_paths(data)[0], threads=1)
-        record.update(average_valid_loss=loss["loss"], average_valid_nll_loss=loss["nll_loss"])
-        queue.write_result(path, record)
-        progress(f"[budget] {path.name}: averaged model's valid loss {loss['loss']:.3f}")
-        changed.append(path)
-    return changed
 
 
 def milestone_summary(record: Dict) -> Dict:

@@ -4,7 +4,6 @@ updates (or its early stop), the test set decoded and committed at every milesto
     python -m fairseq_shared.cli.budget run --data work/bible [--queue vanilla:1,...] [--commit]
     python -m fairseq_shared.cli.budget plan
     python -m fairseq_shared.cli.budget render [--results results/bible_clean]
-    python -m fairseq_shared.cli.budget validate --data work/bible [--commit]
     python -m fairseq_shared.cli.budget rates --data work/bible --out RATES.json \
         [--configs vanilla,...] [--threads 1,2] [--beside 0,1,2] [--wait-policy AUTO,...]
 
@@ -16,9 +15,7 @@ milestone's files are committed the moment they exist, and the final record when
 ``render`` rebuilds ``RESULTS/tables.md``, ``RESULTS/budget_curves.png``, ``RESULTS/summary.md``
 and the frontier of the final models (``RESULTS/frontier/``) from the committed files (results
 without milestones: the equal-updates tables, ``summary.csv`` and ``learning_curves.png``).
-``validate`` gives the finished runs that predate it their averaged model's valid loss, as the
-final stage now measures it. ``rates``
-measures each configuration's steady seconds per update from scratch
+``rates`` measures each configuration's steady seconds per update from scratch
 (:mod:`fairseq_shared.experiments.train_rate`), alone or beside ``--beside`` busy processes
 (the load benchmark, ``results/load_benchmark/``), under each ``--wait-policy``.
 """
@@ -29,7 +26,7 @@ import sys
 import time
 
 from fairseq_shared.experiments import budget_curve, queue
-from fairseq_shared.experiments.corpus import check_corpus, snapshot_corpus
+from fairseq_shared.experiments.corpus import snapshot_corpus
 from fairseq_shared.experiments.queue_cli import Command, main as queue_main
 
 DEFAULT_RESULTS = "results/bible_budget"
@@ -60,21 +57,6 @@ def plan(args, items):
         if done:
             print(f"  {item.id}: milestones written: "
                   f"{', '.join(p.stem.rsplit('_u', 1)[1] for p in done)}")
-
-
-def add_validate_arguments(p):
-    p.add_argument("--data", required=True, help="the prepared corpus")
-    p.add_argument("--work", default="work/budget", help="where newer runs keep their models")
-    p.add_argument("--commit", action="store_true", help="git-commit the records changed")
-
-
-def validate(args) -> int:
-    check_corpus(args.data, args.results)
-    changed = budget_curve.backfill_valid_loss(args.results, args.data, args.work)
-    if args.commit and changed:
-        queue.commit(changed, f"budget: averaged models' valid loss for {len(changed)} runs "
-                     "(budget validate)", queue.results_repository(args.results))
-    return 0
 
 
 def add_rates_arguments(p):
@@ -124,8 +106,7 @@ COMMAND = Command(
     items=lambda args: [queue.Item(n, s)
                         for n, s in budget_curve.parse_queue(args.queue, args.budget)],
     render=render, plan=plan, prepare=lambda args: snapshot_corpus(args.data, args.results),
-    commands={"validate": (add_validate_arguments, validate),
-              "rates": (add_rates_arguments, rates)})
+    commands={"rates": (add_rates_arguments, rates)})
 
 
 def main(argv=None):
