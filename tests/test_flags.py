@@ -58,7 +58,7 @@ def test_unit_interval_keeps_its_ends():
 
 # ---- budgets (--set) ------------------------------------------------------------------------
 def test_every_budget_passes_its_own_check():
-    from fairseq_shared.experiments.lm_runs import LM_BUDGETS
+    from fairseq_shared.experiments.lm_evidence import LM_BUDGETS
 
     for name in BUDGETS:
         assert load_budget(name)["name"] == name
@@ -71,7 +71,7 @@ def _load_mt(overrides):
 
 
 def _load_lm(overrides):
-    from fairseq_shared.experiments.lm_runs import load_lm_budget
+    from fairseq_shared.experiments.lm_evidence import load_lm_budget
 
     return load_lm_budget("tiny", overrides)
 

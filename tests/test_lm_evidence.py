@@ -9,7 +9,7 @@ import os
 import pytest
 
 from fairseq_shared.data import bible_lm
-from fairseq_shared.experiments import lm_evidence, lm_report, lm_runs, queue
+from fairseq_shared.experiments import lm_evidence, lm_report, queue
 from fairseq_shared.experiments.lm_baselines import load_split, write_baselines
 from helpers_data import FAKE_BIBLE_SIZES, make_fake_bible
 
@@ -86,8 +86,8 @@ def finished(corpus, tmp_path_factory):
     work, results = str(root / "work"), str(root / "results")
     lm_evidence.snapshot_corpus(str(out), results)
     log = []
-    done = lm_evidence.work_queue([("vanilla_L3", 1), ("cycle_rev_6_3", 1)], str(out), work,
-                                  results, "tiny", progress=log.append)
+    done = queue.work_pairs(lm_evidence.SUITE, [("vanilla_L3", 1), ("cycle_rev_6_3", 1)],
+                            str(out), work, results, "tiny", progress=log.append)
     return out, work, results, done
 
 
@@ -136,8 +136,8 @@ def test_run_writes_its_file_with_the_eval_lm_perplexity(finished):
     assert c["test"]["loss_base2"] == pytest.approx(
         _perplexity_from_checkpoint(ckpt, str(out / "bin"), "test")[0], abs=1e-4)
     # a second worker finds nothing left to do
-    assert lm_evidence.work_queue([("vanilla_L3", 1)], str(out), work, results, "tiny",
-                                  progress=lambda m: None) == []
+    assert queue.work_pairs(lm_evidence.SUITE, [("vanilla_L3", 1)], str(out), work, results,
+                            "tiny", progress=lambda m: None) == []
 
 
 def test_render_from_the_written_files(finished, corpus):
@@ -168,22 +168,25 @@ def test_render_from_the_written_files(finished, corpus):
 
 
 def test_queue_budget_and_eval_output_parsing():
-    assert lm_evidence.parse_queue("attn_6:2,vanilla_L6:1") == [("attn_6", 2), ("vanilla_L6", 1)]
-    assert lm_evidence.parse_queue(None) == lm_evidence.QUEUE
+    def parse_queue(text):
+        return queue.parse_queue(text, lm_evidence.QUEUE, lm_evidence.LM_CONFIGS)
+
+    assert parse_queue("attn_6:2,vanilla_L6:1") == [("attn_6", 2), ("vanilla_L6", 1)]
+    assert parse_queue(None) == lm_evidence.QUEUE
     with pytest.raises(SystemExit, match="unknown configuration 'attn'; known: vanilla_L3"):
-        lm_evidence.parse_queue("attn:1")
+        parse_queue("attn:1")
     with pytest.raises(SystemExit, match="needs a seed"):
-        lm_evidence.parse_queue("attn_6")
+        parse_queue("attn_6")
     with pytest.raises(SystemExit, match="--budget: unknown 'big'; allowed: lm, tiny"):
-        lm_runs.load_lm_budget("big")
+        lm_evidence.load_lm_budget("big")
     with pytest.raises(SystemExit, match="the longest verse has 114 tokens"):
         lm_evidence.check_budget_fits({"train": {"longest": 114}},
-                                      lm_runs.load_lm_budget("lm", ["tokens_per_sample=100"]))
+                                      lm_evidence.load_lm_budget("lm", ["tokens_per_sample=100"]))
     rates = [{"name": "vanilla_L3", "cpu_s_per_update": 1.0},
              {"name": "vanilla_L6", "cpu_s_per_update": 2.0}]
     assert lm_evidence.estimate_minutes([("vanilla_L3", 1), ("attn_6", 2)], 60, rates) == 3.0
     text = ("2026 | INFO | fairseq_cli.eval_lm | Evaluated 25,501 tokens in 3.1s (8226.13 tokens/s)\n"
             "2026 | INFO | fairseq_cli.eval_lm | Loss (base 2): 5.5727, Perplexity: 47.59\n")
-    res = lm_runs.parse_eval_output(text)
+    res = lm_evidence.parse_eval_output(text)
     assert res["tokens"] == 25501 and res["perplexity"] == pytest.approx(2 ** 5.5727)
-    assert lm_runs.parse_eval_output("Traceback ...") is None
+    assert lm_evidence.parse_eval_output("Traceback ...") is None

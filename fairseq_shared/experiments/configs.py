@@ -218,7 +218,7 @@ def _number(v):
 
 
 # key -> (is the value allowed, the allowed values in words). Budgets of the LM runs
-# (experiments/lm_runs.py) add tokens_per_sample and eval_max_tokens.
+# (experiments/lm_evidence.py) add tokens_per_sample and eval_max_tokens.
 _BUDGET_RULES = {
     **{k: (_count, "an integer >= 1") for k in (
         "L", "dim", "ffn", "heads", "max_update", "max_tokens", "threads", "decode_threads",

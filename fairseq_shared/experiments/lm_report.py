@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.lm_runs import LM_CONFIGS
+from fairseq_shared.experiments.lm_evidence import LM_CONFIGS
 from fairseq_shared.experiments.queue import read_json
 from fairseq_shared.experiments.statistics import cost_per_update as cost
 from fairseq_shared.experiments.statistics import fmt_seeds, load_runs, plot_curves

@@ -28,13 +28,14 @@ DEFAULT_RESULTS = "results/bible_lm"
 
 
 def plan(args, items):
-    from fairseq_shared.experiments.lm_runs import load_lm_budget, plan_runs
+    from fairseq_shared.experiments.runs import make_plan
 
-    budget = load_lm_budget(args.budget, args.set)
+    budget = lm_evidence.load_lm_budget(args.budget, args.set)
     _, bin_dir = lm_evidence.lm_paths(args.data)
-    names = list(dict.fromkeys(i.name for i in items))
-    params = {r.name: (r.params, r.skip_reason) for r in plan_runs(names, budget, bin_dir,
-                                                                    os.path.join(args.work, "plan"))}
+    plan_dir = os.path.join(args.work, "plan")
+    params = {r.name: (r.params, r.skip_reason) for r in make_plan(
+        [lm_evidence.LM_CONFIGS[n] for n in dict.fromkeys(i.name for i in items)], budget,
+        bin_dir, plan_dir, runs_dir=plan_dir, run_class=lm_evidence.LMRun)}
     ctx = queue.Context(args.data, args.work, args.results, args.budget)
     states = {i: queue.state(i, ctx) for i in items}
     print(f"budget {budget['name']}: {budget['max_update']} updates; "
@@ -89,7 +90,8 @@ def rates(args) -> int:
 
 COMMAND = Command(
     lm_evidence.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/lm_evidence", budget="lm",
-    items=lambda args: [queue.Item(n, s) for n, s in lm_evidence.parse_queue(args.queue)],
+    items=lambda args: [queue.Item(n, s) for n, s in queue.parse_queue(
+        args.queue, lm_evidence.QUEUE, lm_evidence.LM_CONFIGS)],
     render=render, prepare=lambda args: lm_evidence.snapshot_corpus(args.data, args.results),
     plan=plan, plan_needs_data=True,
     commands={"baselines": (baselines_arguments, baselines), "rates": (rates_arguments, rates)})
