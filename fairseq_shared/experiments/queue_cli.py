@@ -70,12 +70,15 @@ def context(cmd: Command, args, commit_repo: Optional[str] = None) -> queue.Cont
                          commit_repo=commit_repo, extra=cmd.extra(args))
 
 
-def print_plan(cmd: Command, args, items: Sequence[queue.Item]) -> None:
+def print_plan(cmd: Command, args, items: Sequence[queue.Item],
+               detail: Callable[[queue.Item], str] = lambda item: "") -> List[str]:
+    """Each item's state (and ``detail``); -> the states."""
     ctx = context(cmd, args)
     states = [queue.state(item, ctx) for item in items]
     print(f"{sum(s == 'done' for s in states)}/{len(items)} finished:")
     for item, state in zip(items, states):
-        print(f"  {item.id}: {state}")
+        print(f"  {item.id}: {state}{detail(item)}")
+    return states
 
 
 def main(cmd: Command, argv=None) -> int:

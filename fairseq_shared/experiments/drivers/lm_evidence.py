@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from fairseq_shared.experiments import lm_evidence, queue
-from fairseq_shared.experiments.queue_cli import Command, main as queue_main
+from fairseq_shared.experiments.queue_cli import Command, main as queue_main, print_plan
 
 DEFAULT_RESULTS = "results/bible_lm"
 
@@ -33,19 +33,15 @@ def plan(args, items):
     budget = lm_evidence.load_lm_budget(args.budget, args.set)
     _, bin_dir = lm_evidence.lm_paths(args.data)
     plan_dir = os.path.join(args.work, "plan")
-    params = {r.name: (r.params, r.skip_reason) for r in make_plan(
+    runs = {r.name: r for r in make_plan(
         [lm_evidence.LM_CONFIGS[n] for n in dict.fromkeys(i.name for i in items)], budget,
         bin_dir, plan_dir, runs_dir=plan_dir, run_class=lm_evidence.LMRun)}
-    ctx = queue.Context(args.data, args.work, args.results, args.budget)
-    states = {i: queue.state(i, ctx) for i in items}
-    print(f"budget {budget['name']}: {budget['max_update']} updates; "
-          f"{sum(s == 'done' for s in states.values())}/{len(items)} finished:")
-    for item in items:
-        count, skip = params[item.name]
-        print(f"  {item.id}: {states[item]}, "
-              + (f"{count:,} params" if count else f"skipped: {skip}"))
+    print(f"budget {budget['name']}: {budget['max_update']} updates; ", end="")
+    states = print_plan(COMMAND, args, items, lambda i: ", " + (
+        f"{runs[i.name].params:,} params" if runs[i.name].params
+        else f"skipped: {runs[i.name].skip_reason}"))
     rates = Path(args.results) / "rates.json"
-    todo = [(i.name, i.seed) for i in items if states[i] != "done"]
+    todo = [(i.name, i.seed) for i, s in zip(items, states) if s != "done"]
     if todo and rates.exists():
         measured = json.loads(rates.read_text(encoding="utf-8"))
         cpu, wall = (lm_evidence.estimate_minutes(todo, budget["max_update"], measured, key)
