@@ -1,13 +1,17 @@
-"""Small real fairseq data and checkpoints for tests, built once per pytest session.
+"""Small real fairseq data and checkpoints for tests, built once per pytest run.
 
 Test modules call these helpers from their own fixtures (passing ``tmp_path_factory``);
-results are cached here, so every module in one session shares the same corpus and the
-same trained checkpoints. Everything runs the real fairseq command-line tools with
+results are built under :func:`shared_root`, a directory every xdist worker of the run sees,
+with a file lock around each build, so every module of every worker shares the same corpus
+and the same trained checkpoints (tests must not write into them: copy first). Everything runs the real fairseq command-line tools with
 ``OMP_NUM_THREADS=1``.
 """
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
 import random
 import subprocess
 import sys
@@ -35,6 +39,61 @@ TINY_TRAIN = [
 ]
 
 _CACHE = {}
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """This pytest run's base temp dir; under xdist the controller's, which every worker's
+    own base temp dir (``popen-gwN``) sits in, so that the workers share what is built here."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    root = base / "shared"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def shared_build(tmp_path_factory, name):
+    """Hold the run-wide lock of the artefact NAME; yield (its dir, whether it is complete).
+    The caller builds into the dir when it is not complete (anything left there by a failed
+    build is removed first) and then calls the yielded dir's ``mark_complete``."""
+    root = shared_root(tmp_path_factory)
+    out, done = root / name, root / f"{name}.complete"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            complete = done.exists()
+            if not complete and out.exists():
+                shutil.rmtree(out)
+            yield out, complete
+            if not complete:
+                done.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def shared_toy_corpus(tmp_path_factory) -> str:
+    """fairseq_shared.data.toydata's corpus (default seed and vocabulary), built once per run."""
+    from fairseq_shared.data.toydata import build_toy_corpus
+
+    with shared_build(tmp_path_factory, "toy") as (out, _):
+        return build_toy_corpus(str(out))  # idempotent: returns at once when complete
+
+
+def shared_main_job(tmp_path_factory, toy):
+    """The run dir of the main job's training stage with the ``tiny`` budget (vanilla 2+2 and
+    cycle_rev 4+4 over 2 sets, 8 updates each) on the shared toy corpus, trained once per run;
+    returns (run dir, {name: checkpoint}). Tests that write into the run dir work on a copy."""
+    from fairseq_shared.experiments.configs import load_budget
+    from fairseq_shared.experiments.drivers import main_job
+
+    with shared_build(tmp_path_factory, "main_job") as (out, complete):
+        listing = out.parent / "main_job.checkpoints.json"
+        if not complete:
+            records = main_job.train_models(toy, str(out), load_budget("tiny"),
+                                            progress=lambda m: None)
+            listing.write_text(json.dumps({name: r["checkpoint"] for name, r in records.items()}))
+        return str(out), json.loads(listing.read_text())
 
 
 def run_tool(tool, *args, check=True, env=None, timeout=300, input=None):
@@ -72,7 +131,11 @@ def _make_corpus(root: Path) -> Path:
 def data_bin(tmp_path_factory) -> Path:
     """Binarized src->tgt corpus (train 160, valid 16, test 12 sentences)."""
     if "data_bin" not in _CACHE:
-        _CACHE["data_bin"] = _make_corpus(tmp_path_factory.mktemp("corpus"))
+        with shared_build(tmp_path_factory, "corpus") as (root, complete):
+            if not complete:
+                root.mkdir()
+                _make_corpus(root)
+        _CACHE["data_bin"] = root / "bin"
     return _CACHE["data_bin"]
 
 
@@ -83,13 +146,15 @@ def trained_checkpoints(tmp_path_factory) -> Path:
     also carry the numpy arrays fairseq keeps in its BLEU metrics state.
     """
     if "trained" not in _CACHE:
-        save_dir = tmp_path_factory.mktemp("trained")
-        run_tool(
-            "fairseq-train", data_bin(tmp_path_factory), *TINY_ARCH, *TINY_TRAIN,
-            "--max-epoch", "3", "--max-tokens", "700", "--seed", "1",
-            "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 12}',
-            "--save-dir", save_dir,
-        )
+        data = data_bin(tmp_path_factory)
+        with shared_build(tmp_path_factory, "trained") as (save_dir, complete):
+            if not complete:
+                run_tool(
+                    "fairseq-train", data, *TINY_ARCH, *TINY_TRAIN,
+                    "--max-epoch", "3", "--max-tokens", "700", "--seed", "1",
+                    "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 12}',
+                    "--save-dir", save_dir,
+                )
         _CACHE["trained"] = save_dir
     return _CACHE["trained"]
 

@@ -9,9 +9,9 @@ import pytest
 from fairseq.data import data_utils
 
 from fairseq_shared import compat
-from fairseq_shared.data.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES
 from helpers_checkpoint import build_for_data, save_checkpoint
-from helpers_data import USER_DIR, run_tool
+from helpers_data import USER_DIR, run_tool, shared_toy_corpus
 
 
 def test_stock_batching_drops_the_last_partial_batch_and_the_fix_keeps_it():
@@ -39,7 +39,7 @@ def test_stock_batching_drops_the_last_partial_batch_and_the_fix_keeps_it():
 
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory):
-    toy = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
+    toy = shared_toy_corpus(tmp_path_factory)
     args, _, model = build_for_data(f"{toy}/bin", "transformer_cycle_rev", [
         "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-unique-layers", "1",
         "--decoder-unique-layers", "1", "--encoder-embed-dim", "16",

@@ -14,18 +14,19 @@ from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_conf
 from fairseq_shared.experiments.drivers import main_job
 from fairseq_shared.experiments.run_record import train_run
 from fairseq_shared.experiments.runs import Run, make_plan, print_plan
-from fairseq_shared.data.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES
+from helpers_data import shared_main_job, shared_toy_corpus
 
 
 @pytest.fixture(scope="session")
 def toy(tmp_path_factory):
-    return build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
+    return shared_toy_corpus(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
-def shared_out(tmp_path_factory):
-    # shared with test_timing: same budget + configs -> trained once
-    return str(tmp_path_factory.getbasetemp() / "work" / "main_job")
+def shared_out(toy, tmp_path_factory):
+    # shared with test_timing and test_trace, across the xdist workers: trained once per run
+    return shared_main_job(tmp_path_factory, toy)[0]
 
 
 def test_budget_from_env_and_flags(monkeypatch):
@@ -130,10 +131,13 @@ def test_main_job_tiny_end_to_end_and_rerun(toy, shared_out, capsys):
     assert SIZES["test"] == 23
 
 
-def test_rows_lookup_restart_and_resume(toy, shared_out):
+def test_rows_lookup_restart_and_resume(toy, shared_out, tmp_path):
     """The rows of the table, the lookup baseline on the decoded sentences, a restart that
     trains and decodes nothing, and a run killed after its final checkpoint."""
     budget = load_budget("tiny")
+    # this test decodes into the run dir and removes a done.json: a copy of the shared one
+    shutil.copytree(shared_out, tmp_path / "main_job")
+    shared_out = str(tmp_path / "main_job")
     log = []
     res = main_job.run_main_job(toy, shared_out, budget, log.append)
     rows = {r["name"]: r for r in res["rows"]}

@@ -2,7 +2,8 @@
 
 The two checkpoints come from the main job's training stage with the ``tiny`` budget (vanilla
 2+2 and cycle_rev 4+4 over 2 sets, 8 updates each); the run directory is shared with
-test_main_job through pytest's base temp dir, so whichever runs first trains.
+test_main_job and test_trace across the xdist workers (helpers_data.shared_main_job), so
+whichever runs first trains.
 """
 
 import json
@@ -12,7 +13,8 @@ import subprocess
 import pytest
 import sacrebleu
 
-from fairseq_shared.data.toydata import SIZES, build_toy_corpus
+from fairseq_shared.data.toydata import SIZES
+from helpers_data import shared_main_job, shared_toy_corpus
 
 GEN = ["--beam", "2", "--batch-size", "16", "--cpu", "--max-len-a", "1", "--max-len-b", "5"]
 N_TEST = SIZES["test"]
@@ -20,17 +22,12 @@ N_TEST = SIZES["test"]
 
 @pytest.fixture(scope="session")
 def toy(tmp_path_factory):
-    return build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
+    return shared_toy_corpus(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def ckpts(toy, tmp_path_factory):
-    from fairseq_shared.experiments.configs import load_budget
-    from fairseq_shared.experiments.drivers import main_job
-
-    out = str(tmp_path_factory.getbasetemp() / "work" / "main_job")
-    records = main_job.train_models(toy, out, load_budget("tiny"), progress=lambda m: None)
-    return {name: r["checkpoint"] for name, r in records.items()}
+    return shared_main_job(tmp_path_factory, toy)[1]
 
 
 def raw_refs(toy, split="test"):
