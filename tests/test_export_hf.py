@@ -24,9 +24,9 @@ PRE_LN = ["--encoder-normalize-before", "--decoder-normalize-before"]
 def toy(tmp_path_factory):
     """The sentencepiece toy corpus and a pre-LN cycle_rev 4+4 over 2 sets, 30 updates, in the
     stock form (the shared one: test_hf_shared.py)."""
-    from fairseq_shared.data.toydata import build_toy_corpus
+    from helpers_data import shared_toy_corpus
 
-    corpus = Path(build_toy_corpus(str(tmp_path_factory.mktemp("toy"))))
+    corpus = Path(shared_toy_corpus(tmp_path_factory))  # only read
     save_dir = tmp_path_factory.mktemp("pre_ln")
     run_tool("fairseq-train", corpus / "bin", *TINY_ARCH, *TINY_TRAIN, *PRE_LN,
              "--max-update", "30", "--seed", "1", "--save-dir", save_dir,

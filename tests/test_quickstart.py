@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_shared.data.toydata import build_toy_corpus
 from fairseq_shared.fairseq_commands import USER_DIR
+from helpers_data import shared_toy_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -65,8 +65,8 @@ def test_the_blocks_are_found_and_hold_what_the_readme_promises():
     assert [shlex.split(c)[0] for c in lm] == ["python", "fairseq-train", "fairseq-eval-lm"]
 
 
-def test_translation_quickstart_runs_as_written(tmp_path):
-    corpus = build_toy_corpus(str(tmp_path / "toy"))
+def test_translation_quickstart_runs_as_written(tmp_path, tmp_path_factory):
+    corpus = shared_toy_corpus(tmp_path_factory)  # only read: the outputs go to tmp_path
     ran = run_quickstart("Quick start: translation", "work/bible", corpus, tmp_path)
     assert len(ran) == 5
     hyps = [l for l in (tmp_path / "gen.txt").read_text().splitlines() if l.startswith("H-")]
