@@ -1,5 +1,5 @@
 """Run-queue workers as real processes, for the queue and suite tests: a ``python -m`` worker
-of one suite's CLI on the toy corpus (built once per pytest session)."""
+of one suite's CLI on the toy corpus (built once per pytest run)."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_shared.experiments import queue
-from fairseq_shared.data.toydata import build_toy_corpus
+from helpers_data import shared_toy_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "t",
@@ -19,9 +19,10 @@ _TOY = {}
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> str:
-    """The toy corpus (built once per session)."""
+    """The toy corpus (built once per run, shared with the other modules and xdist workers:
+    helpers_data.shared_toy_corpus; the workers only read it)."""
     if "path" not in _TOY:
-        _TOY["path"] = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy_queue"))
+        _TOY["path"] = shared_toy_corpus(tmp_path_factory)
     return _TOY["path"]
 
 
