@@ -22,7 +22,7 @@ the worker goes on with the next.
 
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.configs import load_budget
@@ -40,8 +40,10 @@ def lora_flags(rank: int) -> List[str]:
 
 
 def cycle_rev_config(name: str, rank: int, **extra) -> Dict:
-    return dict(name=name, label=f"Cycle (rev), LoRA rank {rank}" if rank else "Cycle (rev)",
-                strategy="cycle_rev", N="2L", M="L", extra=lora_flags(rank), **extra)
+    """cycle_rev N=2L/M=L with LoRA rank ``rank`` in this suite's tables; ``extra`` overrides."""
+    return {"name": name, "label": f"Cycle (rev), LoRA rank {rank}" if rank else "Cycle (rev)",
+            "strategy": "cycle_rev", "N": "2L", "M": "L", "extra": lora_flags(rank),
+            "tables": ["relaxed"], **extra}
 
 
 #: (kind, name, settings) in the order workers take them.
@@ -59,12 +61,13 @@ LEARNED_MEASURE = "cka_update"
 
 
 # ---------------------------------------------------------------------------- inputs
-def evidence_run_dir(evidence_work: str, name: str, seed: int) -> str:
-    return os.path.join(evidence_work, f"runs_s{seed}", name)
+def run_dir(work: str, name: str, seed: int) -> str:
+    """Where :func:`runs.plan_run` puts a run of ``work`` (this suite's or the evidence's)."""
+    return os.path.join(work, f"runs_s{seed}", name)
 
 
-def finished(results: str, name: str, seed: int) -> bool:
-    return queue.result_path(results, name, seed).exists()
+def source_checkpoint(dirs: Dict[str, str], seed: int) -> str:
+    return os.path.join(run_dir(dirs["evidence_work"], SOURCE, seed), "checkpoint_last.pt")
 
 
 def inputs(kind: str, settings: Dict, seed: int, dirs: Dict[str, str]) -> List[Tuple[str, Path]]:
@@ -95,7 +98,7 @@ def items(seeds: Sequence[int], dirs: Dict[str, str]) -> List[queue.Item]:
 # ---------------------------------------------------------------------------- items
 def run_train(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
               progress) -> Dict:
-    config = cycle_rev_config(name, settings["rank"], tables=["relaxed"])
+    config = cycle_rev_config(name, settings["rank"])
     return run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
                     progress=progress, config=config)
 
@@ -107,8 +110,7 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
     budget = load_budget(budget_name, [f"seed={seed}"])
     _, _, tgt, _ = corpus_paths(data)
     rank = settings["rank"]
-    source = os.path.join(evidence_run_dir(dirs["evidence_work"], SOURCE, seed),
-                          "checkpoint_last.pt")
+    source = source_checkpoint(dirs, seed)
     converted = os.path.join(dirs["work"], "converted", f"{name}_s{seed}.pt")
     os.makedirs(os.path.dirname(converted), exist_ok=True)
     changes = {f"{s}_{k}": v for s in ("encoder", "decoder") for k, v in
@@ -120,15 +122,15 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
     after = decode_test(converted, data, budget, name, hyps / f"{name}_s{seed}.converted.{tgt}",
                         progress)
     ft_name = f"{name}_ft{FINETUNE_UPDATES}"
-    config = cycle_rev_config(ft_name, rank, tables=["relaxed"])
-    config["extra"] = config["extra"] + ["--finetune-from-model", os.path.abspath(converted)]
+    config = cycle_rev_config(ft_name, rank, extra=lora_flags(rank) + [
+        "--finetune-from-model", os.path.abspath(converted)])
     tuned = run_item(ft_name, seed, data, dirs["work"], dirs["results"], budget_name,
                      overrides=[f"max_update={FINETUNE_UPDATES}"], progress=progress,
                      config=config)
     queue.write_result(queue.result_path(dirs["results"], ft_name, seed), tuned)
     suite, scratch_name = settings["scratch"]
     work = dirs["evidence_work"] if suite == "evidence" else dirs["work"]
-    scratch_ckpt = checkpoint_at(evidence_run_dir(work, scratch_name, seed), FINETUNE_UPDATES)
+    scratch_ckpt = checkpoint_at(run_dir(work, scratch_name, seed), FINETUNE_UPDATES)
     scratch = None
     if scratch_ckpt:
         scratch = decode_test(scratch_ckpt, data, budget, scratch_name,
@@ -152,17 +154,16 @@ def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
     from fairseq_shared.tools import learn_sharing
 
     budget = load_budget(budget_name, [f"seed={seed}"])
-    source = os.path.join(evidence_run_dir(dirs["evidence_work"], SOURCE, seed),
-                          "checkpoint_last.pt")
+    source = source_checkpoint(dirs, seed)
     out = Path(dirs["results"]) / "learned" / f"{name}_s{seed}"
     progress(f"[relaxed] {name}_s{seed}: learning a {budget['L']}-set map from {source}")
     bin_dir = corpus_paths(data)[0]
     record = learn_sharing.learn_sharing(source, str(out), bin_dir, sets=budget["L"],
                                          measure=LEARNED_MEASURE)
     patterns = {s: record["stacks"][s]["patterns"]["adjacent"] for s in ("encoder", "decoder")}
-    config = dict(name=name, label="Learned map (update CKA, adjacent)", strategy="cycle_rev",
-                  N="2L", M="L", tables=["relaxed"],
-                  encoder_strategy=patterns["encoder"], decoder_strategy=patterns["decoder"])
+    config = cycle_rev_config(name, 0, label="Learned map (update CKA, adjacent)",
+                              encoder_strategy=patterns["encoder"],
+                              decoder_strategy=patterns["decoder"])
     result = run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
                       progress=progress, config=config)
     result["learned"] = {"patterns": patterns, "flags": record["flags"],
@@ -189,10 +190,3 @@ def relaxed_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[
 
 SUITE = queue.Suite("relaxed", run=run, commit_files=relaxed_commit)
 
-
-def work_queue(seeds: Sequence[int], data: str, dirs: Dict[str, str], budget_name: str,
-               commit_repo: Optional[str] = None, progress=print) -> List[str]:
-    """Run every unfinished, unclaimed item whose inputs exist; returns the ids finished."""
-    ctx = queue.Context(data, dirs["work"], dirs["results"], budget_name, progress=progress,
-                        commit_repo=commit_repo, extra=dirs)
-    return queue.work(SUITE, items(seeds, dirs), ctx)

@@ -3,10 +3,10 @@ from committed run files only: this suite's ``RESULTS/runs/*.json`` and the evid
 compares with (``EVIDENCE/runs/*.json``, same budget and seeds), with the lookup baseline of
 the evidence corpus snapshot. Writes ``RESULTS/tables.md``."""
 
-import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_shared.experiments.queue import read_json
 from fairseq_shared.experiments.relaxed import FINETUNE_UPDATES, SOURCE
 from fairseq_shared.experiments.statistics import (cost_per_update, fmt_seeds, load_runs,
                                                    lookup_lines)
@@ -19,14 +19,16 @@ LEARNED_ROWS = ["lookup", ("evidence", "cycle_rev_2L"), ("relaxed", "learned_2L"
 CONVERT_ITEMS = ["convert_cycle_rev_r0", "convert_cycle_rev_r8"]
 
 
-def _maps(run: Dict) -> str:
+def _flag(run: Dict, flag: str) -> Optional[str]:
+    """The value of ``flag`` in the run's training command (None without it)."""
     cmd = run.get("train_command", [])
-    out = []
-    for stack in ("encoder", "decoder"):
-        flag = f"--{stack}-share-strategy"
-        if flag in cmd:
-            out.append(f"{stack[:3]} {cmd[cmd.index(flag) + 1]}")
-    return "; ".join(out)
+    return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+
+def _maps(run: Dict) -> str:
+    return "; ".join(f"{stack[:3]} {_flag(run, f'--{stack}-share-strategy')}"
+                     for stack in ("encoder", "decoder")
+                     if _flag(run, f"--{stack}-share-strategy") is not None)
 
 
 def model_table(rows, suites: Dict[str, Dict[str, List[Dict]]], lookup: Optional[Dict]) -> List[str]:
@@ -43,10 +45,7 @@ def model_table(rows, suites: Dict[str, Dict[str, List[Dict]]], lookup: Optional
             lines.append(f"| {name} ({suite}) | not run yet | | | | | | | | |")
             continue
         r0 = runs[0]
-        rank = 0
-        cmd = r0.get("train_command", [])
-        if "--encoder-share-lora-rank" in cmd:
-            rank = int(cmd[cmd.index("--encoder-share-lora-rank") + 1])
+        rank = int(_flag(r0, "--encoder-share-lora-rank") or 0)
         cost = [cost_per_update(r) for r in runs]
         vl = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
         lines.append(
@@ -90,8 +89,7 @@ def convert_table(relaxed: Dict[str, List[Dict]], evidence: Dict[str, List[Dict]
 def render(results: str, evidence_results: str, command: str = "") -> str:
     out = Path(results)
     suites = {"relaxed": load_runs(results), "evidence": load_runs(evidence_results)}
-    audit_path = Path(evidence_results) / "corpus" / "audit.json"
-    audit = json.loads(audit_path.read_text(encoding="utf-8")) if audit_path.exists() else None
+    audit = read_json(Path(evidence_results) / "corpus" / "audit.json")
     lookup = audit["splits"]["test"]["lookup"] if audit else None
     learned = suites["relaxed"].get("learned_2L", [])
     text = ["# Relaxed sharing, converted models and a learned map (clean Bible split)", "",

@@ -13,6 +13,7 @@ rebuilds ``RESULTS/tables.md`` from the run files.
 
 import sys
 
+from fairseq_shared.cli import arg_types
 from fairseq_shared.experiments import relaxed
 from fairseq_shared.experiments.queue_cli import Command, main as queue_main
 
@@ -25,17 +26,10 @@ def add_arguments(s, command):
     s.add_argument("--evidence-results", default=EVIDENCE_RESULTS)
     if command == "render":
         return
-    s.add_argument("--seeds", default="1", help="comma-separated seeds (default 1)")
+    s.add_argument("--seeds", type=arg_types.non_negative_int_list, default="1",
+                   help="comma-separated seeds (default 1)")
     s.add_argument("--evidence-work", default="work/evidence",
                    help="the evidence runs' checkpoints (what is converted and compared)")
-
-
-def parse_seeds(text: str):
-    try:
-        seeds = [int(s) for s in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"--seeds: '{text}' is not a comma-separated list of integers") from None
-    return seeds
 
 
 def dirs(args):
@@ -47,7 +41,7 @@ def items(args):
     if args.set:
         raise SystemExit("--set: the relaxed items use the evidence runs' budget as it is, "
                          "so that they compare with them; no override is allowed")
-    return relaxed.items(parse_seeds(args.seeds), dirs(args))
+    return relaxed.items(args.seeds, dirs(args))
 
 
 def render(args) -> str:
