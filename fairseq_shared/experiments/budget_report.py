@@ -43,8 +43,8 @@ from fairseq_shared.experiments.budget_summary import summary_table, valid_losse
 from fairseq_shared.experiments.configs import BASELINES, load_budget
 from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update, fmt_difference,
                                                    fmt_paired, fmt_seeds, load_runs, lookup_lines,
-                                                   paired_by_seed, plot_curves, pooled_sd,
-                                                   read_lines, save_panels)
+                                                   paired_by_seed, pending_line, plot_curves,
+                                                   pooled_sd, read_lines, save_panels, score_cells)
 
 RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
@@ -346,22 +346,19 @@ def equal_updates_table(key: str, runs: Dict[str, List[Dict]], lookup: Dict, res
             lines += lookup_lines(lookup, 12, 8)
             continue
         if name not in runs:
-            lines.append(f"| {name} | not run yet | | | | | | | | | | |")
+            lines.append(pending_line(name, 12))
             continue
         rs, first = runs[name], runs[name][0]
         compared = base and name != base[0]["name"]
         spu = statistics.mean(cost_per_update(r) for r in rs)
         rel = f" (x{spu / base_spu:.2f})" if base_spu else ""
-        valid = [r["valid_loss"] for r in rs if r["valid_loss"] is not None]
         versus = fmt_difference(compare_bleu(base, rs, pooled, results, refs)) if compared else "-"
         paired = (fmt_paired(paired_by_seed(base, rs, results, refs)) if compared else "") or "-"
         lines.append(
             f"| {first['label']} | {first['N']}+{first.get('decoder_N', first['N'])} | "
             f"{first['M']} | {first['params']:,} | {len(rs)} | "
             f"{'/'.join(str(u) for u in sorted({r['updates'] for r in rs}))} | {spu:.2f}{rel} | "
-            f"{fmt_seeds(valid, '.3f') if valid else '-'} | "
-            f"{fmt_seeds([r['test']['bleu'] for r in rs])} | "
-            f"{fmt_seeds([r['test']['chrf'] for r in rs])} | {versus} | {paired} |")
+            f"{' | '.join(score_cells(rs))} | {versus} | {paired} |")
     return "\n".join(lines) + "\n"
 
 

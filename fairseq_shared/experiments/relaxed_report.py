@@ -8,8 +8,8 @@ from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.queue import read_json
 from fairseq_shared.experiments.relaxed import FINETUNE_UPDATES, SOURCE
-from fairseq_shared.experiments.statistics import (cost_per_update, fmt_seeds, load_runs,
-                                                   lookup_lines)
+from fairseq_shared.experiments.statistics import (cost_per_update, load_runs, lookup_lines,
+                                                   pending_line, score_cells)
 
 RELAXED_ROWS = ["lookup", ("evidence", "vanilla"), ("evidence", "cycle_rev_2L"),
                 ("relaxed", "cycle_rev_2L_lora8"), ("relaxed", "cycle_rev_2L_lora32"),
@@ -42,18 +42,15 @@ def model_table(rows, suites: Dict[str, Dict[str, List[Dict]]], lookup: Optional
         suite, name = row
         runs = suites[suite].get(name)
         if not runs:
-            lines.append(f"| {name} ({suite}) | not run yet | | | | | | | | |")
+            lines.append(pending_line(f"{name} ({suite})", 10))
             continue
         r0 = runs[0]
         rank = int(_flag(r0, "--encoder-share-lora-rank") or 0)
         cost = [cost_per_update(r) for r in runs]
-        vl = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
         lines.append(
             f"| {r0['label']} | {_maps(r0)} | {rank} | {r0['params']:,} | {len(runs)} | "
             f"{'/'.join(str(r['updates']) for r in runs)} | {sum(cost) / len(cost):.2f} | "
-            f"{fmt_seeds(vl, '.3f') if vl else '-'} | "
-            f"{fmt_seeds([r['test']['bleu'] for r in runs])} | "
-            f"{fmt_seeds([r['test']['chrf'] for r in runs])} |")
+            f"{' | '.join(score_cells(runs))} |")
     return lines
 
 
@@ -82,7 +79,7 @@ def convert_table(relaxed: Dict[str, List[Dict]], evidence: Dict[str, List[Dict]
                      f"{scratch['bleu']:.2f}" if scratch else "-"]
             lines.append("| " + " | ".join(cells) + " |")
         if name not in relaxed:
-            lines.append(f"| {name} | not run yet | | | | | |")
+            lines.append(pending_line(name, 7))
     return lines
 
 

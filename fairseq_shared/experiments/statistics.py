@@ -165,6 +165,18 @@ def fmt_seeds(values: Sequence[float], spec: str = ".2f") -> str:
     return f"{s.mean:{spec}} ± {s.sd:{spec}} [{s.lo:{spec}}, {s.hi:{spec}}] ({per_seed})"
 
 
+def score_cells(runs: Sequence[Dict]) -> List[str]:
+    """Valid loss, test BLEU and test chrF of a configuration's runs (:func:`fmt_seeds`)."""
+    valid = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
+    return [fmt_seeds(valid, ".3f") if valid else "-", fmt_seeds([r["test"]["bleu"] for r in runs]),
+            fmt_seeds([r["test"]["chrf"] for r in runs])]
+
+
+def pending_line(label: str, columns: int) -> str:
+    """The table row of a configuration without runs yet."""
+    return f"| {label} | not run yet |" + " |" * (columns - 2)
+
+
 def fmt_difference(d: Difference, spec: str = "+.2f") -> str:
     """``-1.81 [-3.40, -0.22]``, or ``not resolved: +0.28 [-1.20, +1.76]`` where the
     interval covers 0; the seed counts where a side has one seed."""

@@ -11,8 +11,6 @@ runs they convert or compare with) are not finished yet wait for them. ``render`
 rebuilds ``RESULTS/tables.md`` from the run files.
 """
 
-import sys
-
 from fairseq_shared.cli import arg_types
 from fairseq_shared.experiments import relaxed
 from fairseq_shared.experiments.queue_cli import Command, main as queue_main
@@ -58,7 +56,3 @@ COMMAND = Command(
 
 def main(argv=None):
     return queue_main(COMMAND, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
