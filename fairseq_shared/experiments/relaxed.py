@@ -70,17 +70,18 @@ def source_checkpoint(dirs: Dict[str, str], seed: int) -> str:
     return os.path.join(run_dir(dirs["evidence_work"], SOURCE, seed), "checkpoint_last.pt")
 
 
+def suite_dir(dirs: Dict[str, str], suite: str, what: str) -> str:
+    """``dirs[what]`` (results or work) of this suite, or of the evidence runs."""
+    return dirs[f"evidence_{what}" if suite == "evidence" else what]
+
+
 def inputs(kind: str, settings: Dict, seed: int, dirs: Dict[str, str]) -> List[Tuple[str, Path]]:
     """(label, result file) of every run an item needs first."""
-    need = []
-    if kind in ("convert", "learned"):
-        need.append((f"evidence {SOURCE}_s{seed}",
-                     queue.result_path(dirs["evidence_results"], SOURCE, seed)))
-    if kind == "convert":
-        suite, name = settings["scratch"]
-        results = dirs["evidence_results"] if suite == "evidence" else dirs["results"]
-        need.append((f"{suite} {name}_s{seed}", queue.result_path(results, name, seed)))
-    return need
+    runs = ([("evidence", SOURCE)] if kind in ("convert", "learned") else []) + \
+        ([settings["scratch"]] if kind == "convert" else [])
+    return [(f"{suite} {name}_s{seed}",
+             queue.result_path(suite_dir(dirs, suite, "results"), name, seed))
+            for suite, name in runs]
 
 
 def missing_inputs(kind: str, settings: Dict, seed: int, dirs: Dict[str, str]) -> List[str]:
@@ -129,8 +130,8 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
                      config=config)
     queue.write_result(queue.result_path(dirs["results"], ft_name, seed), tuned)
     suite, scratch_name = settings["scratch"]
-    work = dirs["evidence_work"] if suite == "evidence" else dirs["work"]
-    scratch_ckpt = checkpoint_at(run_dir(work, scratch_name, seed), FINETUNE_UPDATES)
+    scratch_ckpt = checkpoint_at(run_dir(suite_dir(dirs, suite, "work"), scratch_name, seed),
+                                 FINETUNE_UPDATES)
     scratch = None
     if scratch_ckpt:
         scratch = decode_test(scratch_ckpt, data, budget, scratch_name,
