@@ -97,20 +97,23 @@ def items(seeds: Sequence[int], dirs: Dict[str, str]) -> List[queue.Item]:
 
 
 # ---------------------------------------------------------------------------- items
-def run_train(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
-              progress) -> Dict:
-    config = cycle_rev_config(name, settings["rank"])
-    return run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
-                    progress=progress, config=config)
+def train(ctx: queue.Context, name: str, seed: int, config: Dict, overrides=()) -> Dict:
+    """:func:`run_item` of ``config`` in this suite's work and results directories."""
+    return run_item(name, seed, ctx.data, ctx.work, ctx.results, ctx.budget, overrides,
+                    ctx.progress, config)
 
 
-def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, budget_name: str,
-                progress) -> Dict:
+def run_train(item: queue.Item, ctx: queue.Context) -> Dict:
+    return train(ctx, item.name, item.seed, cycle_rev_config(item.name, item.setting("rank")))
+
+
+def run_convert(item: queue.Item, ctx: queue.Context) -> Dict:
     from fairseq_shared.tools import convert_sharing
 
-    budget = load_budget(budget_name, [f"seed={seed}"])
+    name, seed, dirs, data, progress = item.name, item.seed, ctx.extra, ctx.data, ctx.progress
+    budget = load_budget(ctx.budget, [f"seed={seed}"])
     _, _, tgt, _ = corpus_paths(data)
-    rank = settings["rank"]
+    rank = item.setting("rank")
     source = source_checkpoint(dirs, seed)
     converted = os.path.join(dirs["work"], "converted", f"{name}_s{seed}.pt")
     os.makedirs(os.path.dirname(converted), exist_ok=True)
@@ -125,11 +128,9 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
     ft_name = f"{name}_ft{FINETUNE_UPDATES}"
     config = cycle_rev_config(ft_name, rank, extra=lora_flags(rank) + [
         "--finetune-from-model", os.path.abspath(converted)])
-    tuned = run_item(ft_name, seed, data, dirs["work"], dirs["results"], budget_name,
-                     overrides=[f"max_update={FINETUNE_UPDATES}"], progress=progress,
-                     config=config)
+    tuned = train(ctx, ft_name, seed, config, [f"max_update={FINETUNE_UPDATES}"])
     queue.write_result(queue.result_path(dirs["results"], ft_name, seed), tuned)
-    suite, scratch_name = settings["scratch"]
+    suite, scratch_name = item.setting("scratch")
     scratch_ckpt = checkpoint_at(run_dir(suite_dir(dirs, suite, "work"), scratch_name, seed),
                                  FINETUNE_UPDATES)
     scratch = None
@@ -150,34 +151,28 @@ def run_convert(name: str, settings: Dict, seed: int, data: str, dirs: Dict, bud
     }
 
 
-def run_learned(name: str, settings: Dict, seed: int, data: str, dirs: Dict,
-                budget_name: str, progress) -> Dict:
+def run_learned(item: queue.Item, ctx: queue.Context) -> Dict:
     from fairseq_shared.tools import learn_sharing
 
-    budget = load_budget(budget_name, [f"seed={seed}"])
+    name, seed, dirs, progress = item.name, item.seed, ctx.extra, ctx.progress
+    budget = load_budget(ctx.budget, [f"seed={seed}"])
     source = source_checkpoint(dirs, seed)
     out = Path(dirs["results"]) / "learned" / f"{name}_s{seed}"
     progress(f"[relaxed] {name}_s{seed}: learning a {budget['L']}-set map from {source}")
-    bin_dir = corpus_paths(data)[0]
+    bin_dir = corpus_paths(ctx.data)[0]
     record = learn_sharing.learn_sharing(source, str(out), bin_dir, sets=budget["L"],
                                          measure=LEARNED_MEASURE)
     patterns = {s: record["stacks"][s]["patterns"]["adjacent"] for s in ("encoder", "decoder")}
     config = cycle_rev_config(name, 0, label="Learned map (update CKA, adjacent)",
                               encoder_strategy=patterns["encoder"],
                               decoder_strategy=patterns["decoder"])
-    result = run_item(name, seed, data, dirs["work"], dirs["results"], budget_name,
-                      progress=progress, config=config)
+    result = train(ctx, name, seed, config)
     result["learned"] = {"patterns": patterns, "flags": record["flags"],
                          "files": str(out.relative_to(dirs["results"]))}
     return result
 
 
 RUNNERS = {"train": run_train, "convert": run_convert, "learned": run_learned}
-
-
-def run(item: queue.Item, ctx: queue.Context) -> Dict:
-    return RUNNERS[item.kind](item.name, dict(item.settings), item.seed, ctx.data, ctx.extra,
-                              ctx.budget, ctx.progress)
 
 
 def relaxed_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[List[Path], str]:
@@ -189,5 +184,6 @@ def relaxed_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[
             f"relaxed: {item.id} finished")
 
 
-SUITE = queue.Suite("relaxed", run=run, commit_files=relaxed_commit)
+SUITE = queue.Suite("relaxed", run=lambda item, ctx: RUNNERS[item.kind](item, ctx),
+                    commit_files=relaxed_commit)
 
