@@ -7,30 +7,36 @@ import json
 import os
 import signal
 import time
-from typing import Optional
+from pathlib import Path
+from typing import List, Optional
+
+from fairseq_shared.experiments.queue import write_result
 
 PID_FILE = "train.pid"
 
 
-def start_time(pid: int) -> Optional[int]:
-    """The kernel's start time of ``pid`` (clock ticks since boot; None if it is gone), which
-    tells a live process from a later one that reused its pid."""
+def stat_fields(pid: int) -> Optional[List[str]]:
+    """The fields of ``/proc/PID/stat`` after ``pid (comm)`` (None if gone, or no /proc): start
+    time here, CPU time in :mod:`~fairseq_shared.experiments.cpu_clock`."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
-    if fields[0] == "Z":  # exited, not yet reaped
+    return text[text.rindex(")") + 2:].split()
+
+
+def start_time(pid: int) -> Optional[int]:
+    """The kernel's start time of ``pid`` (clock ticks since boot; None if it is gone), which
+    tells a live process from a later one that reused its pid."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == "Z":  # exited, not yet reaped
         return None
     return int(fields[19])
 
 
 def record(run_dir: str, pid: int) -> None:
-    path = os.path.join(run_dir, PID_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"pid": pid, "start": start_time(pid)}, f)
-    os.replace(path + ".tmp", path)
+    write_result(Path(run_dir) / PID_FILE, {"pid": pid, "start": start_time(pid)})
 
 
 def forget(run_dir: str, pid: int) -> None:

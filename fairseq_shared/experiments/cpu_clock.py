@@ -17,28 +17,21 @@ import os
 import statistics
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_shared.experiments.child import stat_fields
+
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _stat_fields(pid: int) -> Optional[List[str]]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()  # fields after "pid (comm) "
 
 
 def process_tree_cpu_seconds(pid: int) -> Optional[float]:
     """User + system CPU seconds of ``pid`` and its live direct children (fairseq's data
     loader workers); None where /proc is not available (not Linux)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None:
         return None
     total = int(fields[11]) + int(fields[12])  # utime, stime
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != pid:
-            child = _stat_fields(int(entry))
+            child = stat_fields(int(entry))
             if child is not None and int(child[1]) == pid:  # ppid
                 total += int(child[11]) + int(child[12])
     return total / _TICK

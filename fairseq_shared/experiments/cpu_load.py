@@ -124,24 +124,3 @@ def check_policy(policy: str, flag: str = "--wait-policy") -> str:
         raise FairseqSharedError(f"{flag}: {policy!r} is not a wait policy; allowed: "
                                  + ", ".join(POLICIES))
     return str(policy).upper()
-
-
-def apply_policy(env: Dict[str, str], policy: str) -> Dict[str, str]:
-    """``env`` with ``OMP_WAIT_POLICY`` for a decided ``policy`` (``DEFAULT``: unset)."""
-    env = dict(env)
-    env.pop("OMP_WAIT_POLICY", None)
-    if policy != "DEFAULT":
-        env["OMP_WAIT_POLICY"] = policy
-    return env
-
-
-def choose(policy: str, threads: int,
-           load: Optional[Tuple[float, int]]) -> Tuple[str, Optional[str]]:
-    """(decided policy, warning or None) for a requested ``policy``; ``AUTO`` decides from
-    ``load`` = (busy cores, cores) (``None``: unknown, so the default and no warning)."""
-    if policy != "AUTO":
-        return policy, None
-    if load is None:
-        return "DEFAULT", None
-    busy, cpus = load
-    return wait_policy_for(busy, cpus, threads), load_warning(busy, cpus, threads)

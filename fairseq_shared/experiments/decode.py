@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from fairseq_shared.experiments.corpus import corpus_paths
-from fairseq_shared.experiments.queue import item_id
+from fairseq_shared.experiments.queue import item_id, write_result
 
 def decode_args(budget: Dict) -> List[str]:
     args = ["--beam", str(budget["beam"]), "--lenpen", str(budget["lenpen"]),
@@ -52,8 +52,7 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
         subset=budget["subset"], threads=budget["decode_threads"], progress=progress,
     )
     timing.write_report(report, ddir)
-    with open(done, "w") as f:
-        json.dump({"key": key}, f)
+    write_result(Path(done), {"key": key})
     return report.to_json()
 
 

@@ -11,10 +11,12 @@ import signal
 import statistics
 import subprocess
 import time
+from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
 from fairseq_shared.experiments import child, cpu_load
 from fairseq_shared.experiments.cpu_clock import CpuLog
+from fairseq_shared.experiments.queue import write_result
 from fairseq_shared.experiments.runs import Run
 
 _PR_SET_PDEATHSIG = 1
@@ -83,10 +85,7 @@ def _write_done(run: Run, key: str, t0: float, log_path: str, note: str = "") ->
     info = {"key": key, "name": run.name, "params": run.params, "limits": run.limits(),
             "wall_seconds_last_attempt": time.time() - t0, "training_seconds": ck["seconds"],
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, **stats}
-    tmp = os.path.join(run.dir, "done.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(info, f, indent=2)
-    os.replace(tmp, os.path.join(run.dir, "done.json"))
+    write_result(Path(run.dir) / "done.json", info)
     return info
 
 
@@ -160,7 +159,8 @@ def training_env(threads: int, environ=None, policy: str = "DEFAULT") -> dict:
     The policy changes no number the run computes, only how its threads wait."""
     env = dict(os.environ if environ is None else environ, OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-    return cpu_load.apply_policy(env, policy)
+    env.pop("OMP_WAIT_POLICY", None)
+    return env if policy == "DEFAULT" else dict(env, OMP_WAIT_POLICY=policy)
 
 
 def start_header(policy: str, warning: Optional[str], cmd: Sequence[str]) -> str:
@@ -178,7 +178,10 @@ def wait_policy(threads: int, requested: Optional[str] = None, environ=None,
     environ = os.environ if environ is None else environ
     flag = "--wait-policy" if requested else "OMP_WAIT_POLICY"
     policy = cpu_load.check_policy(requested or environ.get("OMP_WAIT_POLICY") or "AUTO", flag)
-    return cpu_load.choose(policy, threads, sample() if policy == "AUTO" else None)
+    load = sample() if policy == "AUTO" else None
+    if load is None:  # a decided policy, or no /proc/stat (not Linux): OpenMP's default
+        return ("DEFAULT" if policy == "AUTO" else policy), None
+    return cpu_load.wait_policy_for(*load, threads), cpu_load.load_warning(*load, threads)
 
 
 def train(run: Run, progress, k: int, n: int, t_overall: float,
@@ -196,9 +199,8 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
     os.makedirs(run.dir, exist_ok=True)
     cmd = run.train_command()
     key = run.key()
-    with open(os.path.join(run.dir, "plan.json"), "w") as f:
-        json.dump({"key": key, "command": cmd, "config": run.config, "budget": run.budget,
-                   "params": run.params}, f, indent=2)
+    write_result(Path(run.dir) / "plan.json", {"key": key, "command": cmd, "config": run.config,
+                                               "budget": run.budget, "params": run.params})
     log_path = os.path.join(run.dir, "train.log")
     resumed = os.path.exists(run.checkpoint)
     start_update = 0
@@ -248,7 +250,6 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
         tail = "".join(open(log_path, encoding="utf-8", errors="replace").readlines()[-15:])
         raise RuntimeError(f"fairseq-train failed for {run.name} (exit {rc}); see {log_path}:\n{tail}")
     info = _write_done(run, key, t0, log_path)
-    stats = info
-    progress(f"[train {k}/{n}] {run.name}: done, {stats['updates']} updates, "
-             f"{stats['train_wps']} tok/s (median), valid loss {stats['valid_loss']}")
+    progress(f"[train {k}/{n}] {run.name}: done, {info['updates']} updates, "
+             f"{info['train_wps']} tok/s (median), valid loss {info['valid_loss']}")
     return info

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from fairseq_shared.experiments import budget_curve, queue
 from fairseq_shared.experiments.corpus import snapshot_corpus
@@ -88,11 +89,10 @@ def rates(args) -> int:
                     rows.append(train_rate.measure_beside(n, name, threads, args.data,
                                                           args.updates, args.budget, policy))
                     print(json.dumps(rows[-1]), flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump({"command": " ".join(["python -m fairseq_shared.cli.budget"] + sys.argv[1:]),
-                   "budget": args.budget, "started": started, "machine": machine.describe(),
-                   "rows": rows, "load_average_at_end": os.getloadavg()}, f, indent=1)
+    queue.write_result(Path(args.out), {
+        "command": " ".join(["python -m fairseq_shared.cli.budget"] + sys.argv[1:]),
+        "budget": args.budget, "started": started, "machine": machine.describe(),
+        "rows": rows, "load_average_at_end": os.getloadavg()})
     table = train_rate.table(rows)
     with open(os.path.splitext(args.out)[0] + ".md", "w", encoding="utf-8") as f:
         f.write(table)
