@@ -19,7 +19,7 @@ SPAWNING_MODULES = {"subprocess"}  # subprocess.run, .Popen, ...
 BASE_SPAWNERS = {"run_tool", "fairseq_command", "fairseq_tool", "build_toy_corpus"}
 # library calls that start fairseq-train or a corpus build themselves, as module.function(...)
 # (``train`` only as a bare name: ``model.train()`` is not one)
-LIBRARY_SPAWNERS = {"work_queue", "work_pairs", "prepare", "run_item", "build_corpus", "main_job"}
+LIBRARY_SPAWNERS = {"work_pairs", "prepare", "run_item", "build_corpus", "main_job"}
 
 
 def _called_names(tree):

@@ -12,7 +12,6 @@ def spawns(code: str, spawners=conftest.HELPER_SPAWNERS) -> bool:
 def test_starting_a_process_is_slow():
     assert spawns("subprocess.run(['fairseq-train'])")
     assert spawns("run_tool('fairseq-generate', data)")
-    assert spawns("relaxed.work_queue(seeds, data, dirs, 'tiny')")
     assert spawns("queue.work_pairs(budget_curve.SUITE, items, data, work, results, 'tiny')")
     assert spawns("recipes.prepare(task, out)")
 
