@@ -3,8 +3,8 @@
 Test modules call these helpers from their own fixtures (passing ``tmp_path_factory``);
 results are built under :func:`shared_root`, a directory every xdist worker of the run sees,
 with a file lock around each build, so every module of every worker shares the same corpus
-and the same trained checkpoints (tests must not write into them: copy first). Everything runs the real fairseq command-line tools with
-``OMP_NUM_THREADS=1``.
+and the same trained checkpoints (tests must not write into them: copy first). Everything runs
+the real fairseq command-line tools with ``OMP_NUM_THREADS=1``.
 """
 
 import contextlib
@@ -56,7 +56,7 @@ def shared_root(tmp_path_factory) -> Path:
 def shared_build(tmp_path_factory, name):
     """Hold the run-wide lock of the artefact NAME; yield (its dir, whether it is complete).
     The caller builds into the dir when it is not complete (anything left there by a failed
-    build is removed first) and then calls the yielded dir's ``mark_complete``."""
+    build is removed first); leaving the block without an error marks the build complete."""
     root = shared_root(tmp_path_factory)
     out, done = root / name, root / f"{name}.complete"
     with open(root / f"{name}.lock", "w") as lock:
