@@ -8,7 +8,7 @@ import pytest
 
 from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
 from fairseq_shared.cli.arg_types import unit_interval
-from fairseq_shared.experiments.configs import BUDGETS, check_budget, load_budget
+from fairseq_shared.experiments.configs import BUDGETS, load_budget
 from fairseq_shared.san.policy import PolicyError, parse_policy
 from fairseq_shared.sharing.assignment import (
     SharingConfigError,
@@ -58,22 +58,12 @@ def test_unit_interval_keeps_its_ends():
 
 # ---- budgets (--set) ------------------------------------------------------------------------
 def test_every_budget_passes_its_own_check():
-    from fairseq_shared.experiments.lm_evidence import LM_BUDGETS
-
     for name in BUDGETS:
         assert load_budget(name)["name"] == name
-    for name, budget in LM_BUDGETS.items():
-        check_budget(dict(budget, name=name, L=3))
 
 
 def _load_mt(overrides):
     return load_budget("tiny", overrides)
-
-
-def _load_lm(overrides):
-    from fairseq_shared.experiments.lm_evidence import load_lm_budget
-
-    return load_lm_budget("tiny", overrides)
 
 
 BAD_SET_VALUES = [
@@ -107,10 +97,9 @@ def test_a_generation_length_of_zero_is_refused_before_training():
 
 @pytest.mark.parametrize("load,item,needle", [
     *[pytest.param(_load_mt, i, n, id=f"mt-{i}") for i, n in BAD_SET_VALUES + MT_ONLY_BAD_SET_VALUES],
-    *[pytest.param(_load_lm, i, n, id=f"lm-{i}") for i, n in BAD_SET_VALUES],
 ])
 def test_bad_set_values_are_refused_naming_the_value(load, item, needle):
-    """MT and LM budgets read --set by the same rules: one line naming the item and the range."""
+    """A budget reads --set as one line naming the item and the range."""
     with pytest.raises(SystemExit) as e:
         load([item])
     assert needle in str(e.value) and str(e.value).startswith(f"--set {item}")

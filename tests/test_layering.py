@@ -12,7 +12,7 @@ COMMANDS = "fairseq_shared.cli"
 ABOVE_THE_LIBRARY = ("experiments", "cli")
 #: The modules of cli/ that are ``python -m`` aliases of harness drivers (experiments/drivers/),
 #: kept because README.md, results/ and the Makefile quote them.
-HARNESS_ALIASES = ("budget", "frontier", "lm_evidence", "main_job", "relaxed")
+HARNESS_ALIASES = ("budget", "frontier", "main_job")
 #: Library packages that never import a command (cli/ is above them).
 BELOW_THE_COMMANDS = ("sharing", "san", "tools", "models", "export", "timing", "data")
 

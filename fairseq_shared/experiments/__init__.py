@@ -7,8 +7,8 @@ Modules, one job each: :mod:`.configs` (the configuration catalogue and the budg
 trained run's record), :mod:`.decode` (the main job's cached interleaved decoding run, a run's
 test set scored), :mod:`.tables` (the main job's table); the run queue and its suites
 (:mod:`.queue`, :mod:`.queue_cli`, :mod:`.budget_curve` (the translation suite, every budget
-from the 2,000-update ``evidence`` to ``budget_long``), :mod:`.lm_evidence`,
-:mod:`.relaxed`, :mod:`.frontier` and their reports), whose reports share
+from the 2,000-update ``evidence`` to ``budget_long``), :mod:`.frontier` and their
+reports), whose reports share
 :mod:`.statistics` (seed-aware statistics, loaders of committed records, curve figures). Decoding speed is measured by :mod:`fairseq_shared.timing`. The argparse mains of
 the suites are :mod:`.drivers` (``python -m fairseq_shared.cli.main_job``,
 ``python -m fairseq_shared.cli.budget`` ... run them).

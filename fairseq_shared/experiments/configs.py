@@ -217,13 +217,11 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-# key -> (is the value allowed, the allowed values in words). Budgets of the LM runs
-# (experiments/lm_evidence.py) add tokens_per_sample and eval_max_tokens.
+# key -> (is the value allowed, the allowed values in words).
 _BUDGET_RULES = {
     **{k: (_count, "an integer >= 1") for k in (
         "L", "dim", "ffn", "heads", "max_update", "max_tokens", "threads", "decode_threads",
-        "beam", "batch_size", "repeats", "log_interval", "tokens_per_sample",
-        "eval_max_tokens")},
+        "beam", "batch_size", "repeats", "log_interval")},
     **{k: (lambda v: _count(v, 0), "an integer >= 0") for k in (
         "warmup_passes", "seed", "max_len_b")},
     # inverse_sqrt divides by the warm-up; an Adam step of 1 or more diverges at once

@@ -54,21 +54,18 @@ CLAIM_DELAY_ENV = "FAIRSEQ_SHARED_CLAIM_DELAY"
 # ---------------------------------------------------------------------------- items
 @dataclass(frozen=True)
 class Item:
-    """One unit of a suite: a configuration ``name`` trained with ``seed``. ``kind`` and
-    ``settings`` say how (the suite's business); ``needs`` are result files that must exist
-    before it can run (items of this or another suite)."""
+    """One unit of a suite: a configuration ``name`` trained with ``seed``; ``needs`` are
+    result files that must exist before it can run (items of this or another suite)."""
     name: str
     seed: int
-    kind: str = "train"
-    settings: Tuple[Tuple[str, object], ...] = ()
     needs: Tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
         return item_id(self.name, self.seed)
 
-    def setting(self, key: str, default=None):
-        return dict(self.settings).get(key, default)
+    def waits_for(self) -> List[str]:
+        return [n for n in self.needs if not Path(n).exists()]
 
 
 def item_id(name: str, seed: int) -> str:
@@ -104,8 +101,8 @@ def failure_path(work: str, ident: str) -> Path:
 
 
 def write_result(path: Path, result: Dict) -> None:
-    """The one writer of the suites' JSON records (results, milestones, failures, the LM
-    baselines and corpus statistics, measured rates): atomic, a reader sees the old file or
+    """The one writer of the suites' JSON records (results, milestones, failures, measured
+    rates): atomic, a reader sees the old file or
     the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -237,13 +234,6 @@ class Suite:
     commit_files: Callable[[Item, Dict, Context], Tuple[List[Path], str]]
 
 
-def item_runner(run_item: Callable[..., Dict]) -> Callable[[Item, Context], Dict]:
-    """A Suite's ``run`` from ``run_item(name, seed, data, work, results, budget, overrides,
-    progress)``."""
-    return lambda item, ctx: run_item(item.name, item.seed, ctx.data, ctx.work, ctx.results,
-                                      ctx.budget, ctx.overrides, ctx.progress)
-
-
 def work_pairs(suite: Suite, pairs: Sequence[Tuple[str, int]], data: str, work_dir: str,
                results: str, budget: str, overrides: Sequence[str] = (),
                commit_repo: Optional[str] = None, progress=print) -> List[str]:
@@ -267,9 +257,8 @@ def state(item: Item, ctx: Context) -> str:
         return "done"
     if held_elsewhere(ctx.work, item.id):
         return "running (claimed by a live worker)"
-    need = [n for n in item.needs if not Path(n).exists()]
-    if need:
-        return f"waits for {', '.join(need)}"
+    if item.waits_for():
+        return f"waits for {', '.join(item.waits_for())}"
     failed = read_json(failure_path(ctx.work, item.id))
     if failed:
         return f"failed: {failed['error']} (retried by the next worker)"
@@ -290,8 +279,7 @@ def work(suite: Suite, items: Sequence[Item], ctx: Context) -> List[str]:
                 continue
             if item.id in failed:
                 continue
-            need = [n for n in item.needs if not Path(n).exists()]
-            if need:
+            if item.waits_for():
                 continue
             with claim(ctx.work, item.id, finished=path.exists) as held:
                 if not held:
@@ -312,7 +300,7 @@ def work(suite: Suite, items: Sequence[Item], ctx: Context) -> List[str]:
     for item in items:  # what is left (said without probing the claims other workers take)
         if result_path(ctx.results, item.name, item.seed).exists():
             continue
-        need = [n for n in item.needs if not Path(n).exists()]
+        need = item.waits_for()
         why = (f"failed, see {failure_path(ctx.work, item.id)}" if item.id in failed else
                f"waits for {', '.join(need)}" if need else "held by another worker")
         ctx.progress(f"[{suite.tag}] {item.id}: left, {why}")

@@ -1,9 +1,9 @@
 """One trained run and its record: the valid curve from fairseq's log, training (or finishing)
 a run, the updates its last checkpoint holds, and :func:`record_run`, the result keys every
 trained run shares (parameters, updates, training seconds and CPU seconds, the valid curve,
-the exact training command) around a suite's ``evaluate`` hook (BLEU for translation,
-``fairseq-eval-lm`` for language models); :func:`run_item`, one translation run trained,
-its test set decoded once and scored."""
+the exact training command) around a suite's ``evaluate`` hook (test BLEU, or each
+milestone's); :func:`run_item`, one translation run trained, its test set decoded once and
+scored."""
 
 import os
 import time

@@ -8,7 +8,7 @@ its steady state, alone or beside busy processes, under an OpenMP wait policy.
 the steady state after fairseq's first logged interval (start-up, the first batches):
 wall seconds per update (median of the logged intervals) and CPU seconds per update of the
 fairseq-train process tree (``cpu.jsonl``, as every budget run records it). The budget rates
-(:func:`measure`) and the LM suite's (``lm_evidence.measure_rate``) both come from it.
+(:func:`measure`) come from it.
 :func:`beside` starts busy single-threaded processes for the load benchmark
 (``--beside``), at the caller's nice value, and stops them.
 """
