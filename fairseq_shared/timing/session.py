@@ -224,6 +224,10 @@ class Session:
                 else np.array([i for i in full_order if i in wanted], dtype=np.int64)
             )
         order = self._order
+        # fairseq-generate's default loader process, forked afresh for every pass, does not
+        # exit when the pass ends: its shutdown waits out torch's 5 s timeout each pass.
+        # The batches are the same collated here, unless --num-workers asks otherwise.
+        num_workers = cfg.dataset.num_workers if _has_flag(self.args, "--num-workers") else 0
         dataset.ordered_indices = lambda: order  # only this instance; sizes etc. unchanged
         try:
             itr = self.task.get_batch_iterator(
@@ -236,7 +240,7 @@ class Session:
                 ignore_invalid_inputs=cfg.dataset.skip_invalid_size_inputs_valid_test,
                 required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
                 seed=cfg.common.seed,
-                num_workers=cfg.dataset.num_workers,
+                num_workers=num_workers,
                 data_buffer_size=cfg.dataset.data_buffer_size,
                 disable_iterator_cache=True,
             ).next_epoch_itr(shuffle=False)
