@@ -9,7 +9,7 @@ import pytest
 
 from test_timing import ckpts, toy  # noqa: F401  (session fixtures)
 
-SENTENCES = 6
+SENTENCES = 4
 
 
 @pytest.fixture(scope="module")
