@@ -200,3 +200,23 @@ def make_fake_bible(root):
         {"duplicate_pairs_dropped": 2, "near_duplicates_removed": 1, "threshold_chrf": 70}))
     (root / "stats.json").write_text(json.dumps({"test_books": ["John"], "valid_books": ["Acts"]}))
     return root
+
+
+def generate_in_process(*args):
+    """``fairseq-generate ARGS`` (its console script's ``cli_main``, with the plug-in already
+    imported) in this process, without a Python start; returns what it prints. Batches are
+    collated here (``--num-workers 0`` unless given): a loader process forked from the test
+    process waits out torch's 5 s shutdown timeout. The hypotheses are the same."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from fairseq_cli import generate
+
+    argv = ["fairseq-generate", *map(str, args)]
+    if not any(a == "--num-workers" or a.startswith("--num-workers=") for a in argv):
+        argv += ["--num-workers", "0"]
+    out = io.StringIO()
+    with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+        generate.cli_main()
+    return out.getvalue()

@@ -10,7 +10,7 @@ from fairseq.tasks.translation import TranslationTask
 
 from fairseq_shared.export.api import export
 from fairseq_shared.export.plain import ExportError
-from helpers_data import data_bin, run_tool, trained_checkpoints, USER_DIR
+from helpers_data import data_bin, generate_in_process, run_tool, trained_checkpoints, USER_DIR
 from helpers_model import TINY, parse_args
 
 torch.set_num_threads(1)
@@ -155,8 +155,7 @@ def test_stock_fairseq_generate_without_user_dir_gives_the_same_translations(
     checkpoint, out, _ = exported
     data = data_bin(tmp_path_factory)
     common = ["--beam", "4", "--batch-size", "4", "--cpu", "--required-batch-size-multiple", "1"]
-    _, shared = run_tool("fairseq-generate", data, "--path", checkpoint, "--user-dir",
-                         USER_DIR, *common)
+    shared = generate_in_process(data, "--path", checkpoint, "--user-dir", USER_DIR, *common)
     _, plain = run_tool("fairseq-generate", data, "--path", out / "checkpoint.pt", *common)
     assert len(_hypotheses(shared)) == 12
     assert _hypotheses(plain) == _hypotheses(shared)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers_data import TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, run_tool, shared_toy_corpus
+from helpers_data import (TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, generate_in_process,
+                          run_tool, shared_toy_corpus)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAN_ARCH = [
@@ -75,9 +76,9 @@ def test_tied_layers_stay_one_tensor_in_the_fp16_model(fp16_run):
 
 def test_fp16_checkpoint_decodes(fp16_run):
     _, data, checkpoint, _ = fp16_run
-    _, out = run_tool("fairseq-generate", data, "--path", checkpoint, "--user-dir", USER_DIR,
-                      "--beam", "4", "--batch-size", "4", "--cpu",
-                      "--required-batch-size-multiple", "1", "--max-len-b", "12")
+    out = generate_in_process(data, "--path", checkpoint, "--user-dir", USER_DIR,
+                              "--beam", "4", "--batch-size", "4", "--cpu",
+                              "--required-batch-size-multiple", "1", "--max-len-b", "12")
     assert len(re.findall(r"^H-\d+\t", out, re.M)) == 12, out[-2000:]
 
 

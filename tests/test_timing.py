@@ -14,7 +14,7 @@ import pytest
 import sacrebleu
 
 from fairseq_shared.data.toydata import SIZES
-from helpers_data import shared_main_job, shared_toy_corpus
+from helpers_data import generate_in_process, shared_main_job, shared_toy_corpus
 
 GEN = ["--beam", "2", "--batch-size", "16", "--cpu", "--max-len-a", "1", "--max-len-b", "5"]
 N_TEST = SIZES["test"]
@@ -67,17 +67,15 @@ def test_benchmark_counts_scores_and_interleaving(toy, ckpts):
 
 def test_same_hypotheses_as_fairseq_generate(toy, ckpts):
     """The decode is fairseq-generate's: its D- lines equal our hypotheses."""
-    from fairseq_shared.fairseq_commands import fairseq_command
+    from fairseq_shared.fairseq_commands import USER_DIR
     from fairseq_shared.timing import benchmark
 
     report = benchmark({"v": ckpts["vanilla"]}, toy, GEN, warmup=0, repeats=1, threads=1,
                        progress=lambda m: None)
-    cmd = fairseq_command("generate", os.path.join(toy, "bin"), "--path", ckpts["vanilla"],
-                          "--bpe", "sentencepiece", "--sentencepiece-model",
-                          os.path.join(toy, "spm.model"), "--required-batch-size-multiple", "1",
-                          *GEN)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    out = generate_in_process(os.path.join(toy, "bin"), "--user-dir", USER_DIR,
+                              "--path", ckpts["vanilla"], "--bpe", "sentencepiece",
+                              "--sentencepiece-model", os.path.join(toy, "spm.model"),
+                              "--required-batch-size-multiple", "1", *GEN)
     theirs = {}
     for line in out.splitlines():
         if line.startswith("D-"):
