@@ -1,9 +1,11 @@
 """The README's quick starts, run as written on tiny corpora in the Bible corpus's layout.
 
-Each command of a quick-start block runs through bash with three substitutions only: the
+Each command of a quick-start block runs through bash with four substitutions only: the
 corpus path (``work/bible``, ``work/bible_lm``) becomes a tiny corpus, ``--user-dir
-fairseq_shared`` the package's absolute path, and ``--max-update N`` a few updates. The
-corpus builds are left out (their own tests build them). Whatever else the README says is
+fairseq_shared`` the package's absolute path, ``--max-update N`` a few updates, and
+fairseq-generate and fairseq-shared-export decode at most 10 tokens (``--max-len-b 10``: a
+model of a few updates rarely ends a sentence, and its 200 tokens a sentence took a minute).
+The corpus builds are left out (their own tests build them). Whatever else the README says is
 what runs, so a flag that stops working breaks this test."""
 
 import os
@@ -47,6 +49,8 @@ def run_quickstart(title, corpus_path, corpus, cwd):
         command = command.replace(corpus_path, corpus)
         command = command.replace("--user-dir fairseq_shared", f"--user-dir {shlex.quote(USER_DIR)}")
         command = re.sub(r"--max-update \d+", "--max-update 3", command)
+        command = re.sub(r"^(fairseq-generate|fairseq-shared-export) ", r"\1 --max-len-b 10 ",
+                         command)
         command = re.sub(r"^python ", shlex.quote(sys.executable) + " ", command)
         result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env,
                                 capture_output=True, text=True)
