@@ -30,12 +30,25 @@ echo "$SITE" > "$NEW_SITE/base_environment.pth"  # torch, fairseq and the rest, 
 "$BASE_PY" -m pip --disable-pip-version-check --python "$WORK/venv/bin/python" install -q \
     --no-index --no-build-isolation -e "$ROOT[export]"
 for s in $SCRIPTS; do
-  exe="$WORK/venv/bin/fairseq-shared-$s"
-  [ -x "$exe" ] || { echo "missing console script fairseq-shared-$s"; exit 1; }
-  "$exe" --help > /dev/null || { echo "fairseq-shared-$s --help failed"; exit 1; }
+  [ -x "$WORK/venv/bin/fairseq-shared-$s" ] || { echo "missing console script fairseq-shared-$s"; exit 1; }
 done
+# every script's --help, then the package's directory, in one process of the fresh environment
+# (a process a script would pay the import of torch and fairseq each time)
+USER_DIR=$("$WORK/venv/bin/python" - $SCRIPTS <<'EOF'
+import contextlib, io, os, runpy, sys
+for s in sys.argv[1:]:
+    sys.argv = [os.path.join(sys.prefix, "bin", f"fairseq-shared-{s}"), "--help"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            sys.exit(f"fairseq-shared-{s} --help failed")
+import fairseq_shared
+print(os.path.dirname(fairseq_shared.__file__))
+EOF
+)
 echo "[check_install] console scripts: $(cd "$WORK/venv/bin" && ls fairseq-shared-* | tr '\n' ' ')"
-USER_DIR=$("$WORK/venv/bin/python" -c 'import fairseq_shared, os; print(os.path.dirname(fairseq_shared.__file__))')
 [ "$USER_DIR" = "$ROOT/fairseq_shared" ] || { echo "editable install points at $USER_DIR"; exit 1; }
 if [ -n "$DATA" ]; then
   OMP_NUM_THREADS=1 "$WORK/venv/bin/python" -m fairseq_cli.train "$DATA" --user-dir "$USER_DIR" \
