@@ -105,7 +105,8 @@ def test_post_ln_and_lora_fall_back_to_the_stock_form_or_are_refused(tmp_path_fa
 
 FRESH = """
 import json, sys
-if sys.argv[2] == "remote":
+how, results = sys.argv[1], []
+if how == "remote":
     class Block:  # the package is not importable: the model must come as remote code
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in ("fairseq_shared", "fairseq"):
@@ -115,37 +116,48 @@ else:
     import fairseq_shared.export.hf_shared_model  # registers the classes
 import torch
 from transformers import AutoModelForSeq2SeqLM
-model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=sys.argv[2] == "remote")
-ties = model.all_tied_weights_keys
-layer_ties = {t: s for t, s in ties.items() if ".layers." in t}
-shared = all(model.get_parameter(t) is model.get_parameter(s) for t, s in ties.items())
-follows = None
-for target, source in list(layer_ties.items())[:1]:
-    with torch.no_grad():
-        model.get_parameter(source).add_(1.0)
-    follows = torch.equal(model.get_parameter(target), model.get_parameter(source))
-    with torch.no_grad():
-        model.get_parameter(source).sub_(1.0)
-ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
-out = model.generate(input_ids=ids, attention_mask=ids.ne(1).long(), num_beams=2, max_length=9)
-print(json.dumps({"module": type(model).__module__, "layer_ties": len(layer_ties),
-                  "shared": shared, "follows": follows, "fairseq_shared": "fairseq_shared" in sys.modules,
-                  "ids": out.tolist()}))
+for model_dir in sys.argv[2:]:
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir, trust_remote_code=how == "remote")
+    ties = model.all_tied_weights_keys
+    layer_ties = {t: s for t, s in ties.items() if ".layers." in t}
+    shared = all(model.get_parameter(t) is model.get_parameter(s) for t, s in ties.items())
+    follows = None
+    for target, source in list(layer_ties.items())[:1]:
+        with torch.no_grad():
+            model.get_parameter(source).add_(1.0)
+        follows = torch.equal(model.get_parameter(target), model.get_parameter(source))
+        with torch.no_grad():
+            model.get_parameter(source).sub_(1.0)
+    ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
+    out = model.generate(input_ids=ids, attention_mask=ids.ne(1).long(), num_beams=2, max_length=9)
+    results.append({"module": type(model).__module__, "layer_ties": len(layer_ties),
+                    "shared": shared, "follows": follows,
+                    "fairseq_shared": "fairseq_shared" in sys.modules, "ids": out.tolist()})
+print(json.dumps(results))
 """
+FRESH_MODELS = ["cycle_rev", "san"]
 
 
-def fresh(model_dir, how):
+def fresh(model_dirs, how):
     env = dict(ENV, PYTHONPATH=str(ROOT) if how == "package" else "")
-    result = subprocess.run([sys.executable, "-c", FRESH, str(model_dir), how],
+    result = subprocess.run([sys.executable, "-c", FRESH, how, *map(str, model_dirs)],
                             capture_output=True, text=True, env=env, timeout=300, cwd="/")
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", ["cycle_rev", "san"])
-def test_a_fresh_process_loads_it_with_or_without_the_package_and_ties_the_layers(exports, name):
-    model_dir = exports[name][1] / "hf"
-    remote, package = fresh(model_dir, "remote"), fresh(model_dir, "package")
+@pytest.fixture(scope="module")
+def fresh_loads(exports):
+    """{how: {name: what a fresh process saw}}: one process per way of loading, for all the
+    models (each process pays the import of torch and transformers)."""
+    dirs = [exports[name][1] / "hf" for name in FRESH_MODELS]
+    return {how: dict(zip(FRESH_MODELS, fresh(dirs, how))) for how in ("remote", "package")}
+
+
+@pytest.mark.parametrize("name", FRESH_MODELS)
+def test_a_fresh_process_loads_it_with_or_without_the_package_and_ties_the_layers(fresh_loads,
+                                                                                  name):
+    remote, package = fresh_loads["remote"][name], fresh_loads["package"][name]
     assert not remote["fairseq_shared"] and remote["module"].startswith("transformers_modules")
     assert package["module"] == "fairseq_shared.export.hf_shared_model"
     for got in (remote, package):  # tied after loading (transformers#41038 ignored a map)
