@@ -22,14 +22,16 @@ PRE_LN = ["--encoder-normalize-before", "--decoder-normalize-before"]
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """The sentencepiece toy corpus and a pre-LN cycle_rev 4+4 over 2 sets, 30 updates, in the
-    stock form (the shared one: test_hf_shared.py)."""
+    """The sentencepiece toy corpus and a pre-LN cycle_rev 4+4 over 2 sets, 100 updates, in the
+    stock form (the shared one: test_hf_shared.py). At 30 updates it never ended a sentence,
+    and every check here decoded 200 tokens a sentence (a minute in all); at 100 its
+    hypotheses end by themselves, for 5 s more of training."""
     from helpers_data import shared_toy_corpus
 
     corpus = Path(shared_toy_corpus(tmp_path_factory))  # only read
     save_dir = tmp_path_factory.mktemp("pre_ln")
     run_tool("fairseq-train", corpus / "bin", *TINY_ARCH, *TINY_TRAIN, *PRE_LN,
-             "--max-update", "30", "--seed", "1", "--save-dir", save_dir,
+             "--max-update", "100", "--seed", "1", "--save-dir", save_dir,
              "--no-epoch-checkpoints", "--no-save-optimizer-state")
     out = tmp_path_factory.mktemp("hf_export")
     report = export(str(save_dir / "checkpoint_last.pt"), str(out), hf=True, hf_form="stock",
@@ -58,18 +60,14 @@ import json, sys
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from fairseq_shared.export.hf_generation import FairseqLengthLimit
 directory, texts = sys.argv[1], json.loads(sys.stdin.read())
-max_length = int(sys.argv[2]) + 2  # the export's max_len_b + 2, as its generation config has
 tok = AutoTokenizer.from_pretrained(directory)
 model = AutoModelForSeq2SeqLM.from_pretrained(directory)
 batch = tok(texts, return_tensors="pt", padding=True)
-limit = FairseqLengthLimit(max_length, tok.eos_token_id)
-out = model.generate(**batch, max_length=max_length, logits_processor=[limit])
+limit = FairseqLengthLimit(model.generation_config.max_length, tok.eos_token_id)
+out = model.generate(**batch, logits_processor=[limit])
 print(json.dumps({"source_ids": [tok(t)["input_ids"] for t in texts], "ids": out.tolist(),
                   "text": tok.batch_decode(out, skip_special_tokens=True)}))
 """
-# the model of 30 updates rarely ends a sentence: at the export's 200 tokens a sentence the
-# fresh-process test decoded for half a minute
-MAX_LEN_B = 20
 
 
 def _fairseq_translations(checkpoint, corpus, texts):
@@ -81,7 +79,7 @@ def _fairseq_translations(checkpoint, corpus, texts):
 
     loaded = load_shared(str(checkpoint))
     src, tgt = loaded.task.source_dictionary, loaded.task.target_dictionary
-    generator = SequenceGenerator([loaded.model], tgt, beam_size=4, max_len_b=MAX_LEN_B)
+    generator = SequenceGenerator([loaded.model], tgt, beam_size=4, max_len_b=200)
     spm = str(corpus / "spm.model")
     sources, hyps = [], []
     for text in texts:
@@ -100,9 +98,8 @@ def test_reloaded_in_a_fresh_python_it_translates_raw_text_as_fairseq(toy):
     texts = (corpus / "raw" / "test.es").read_text(encoding="utf-8").splitlines()[:12]
     texts.append("  Uno   dos tres.  ")  # sentencepiece's whitespace normalisation
     env = dict(ENV, PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", FRESH, str(out / "hf"), str(MAX_LEN_B)],
-                            input=json.dumps(texts), capture_output=True, text=True, env=env,
-                            timeout=300, cwd="/")
+    result = subprocess.run([sys.executable, "-c", FRESH, str(out / "hf")], input=json.dumps(texts),
+                            capture_output=True, text=True, env=env, timeout=300, cwd="/")
     assert result.returncode == 0, result.stderr[-3000:]
     hf = json.loads(result.stdout.strip().splitlines()[-1])
     sources, hyps, strings = _fairseq_translations(checkpoint, corpus, texts)
@@ -156,7 +153,7 @@ def test_a_corrupted_hf_export_fails_and_names_the_sentence(toy, tmp_path):
     loaded = load_shared(str(checkpoint))
     task = loaded.task
     task.load_dataset("test")
-    settings = dict(beam=4, lenpen=1.0, max_len_a=0.0, max_len_b=MAX_LEN_B)
+    settings = dict(beam=4, lenpen=1.0, max_len_a=0.0, max_len_b=200)
     result = verify_translation(loaded.model, loaded.model, task, task.dataset("test"),
                                 list(range(8)), settings, {}, hf_dir=str(hf_dir))["hf_vs_fairseq"]
     assert not result["ok"] and result["model_differs"]
