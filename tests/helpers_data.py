@@ -220,3 +220,16 @@ def generate_in_process(*args):
     with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
         generate.cli_main()
     return out.getvalue()
+
+
+def preprocess_in_process(*flags):
+    """fairseq-preprocess's own main with FLAGS, in this process (a process start costs
+    seconds of imports)."""
+    from fairseq import options
+    from fairseq_cli import preprocess as tool
+
+    handlers = list(tool.logger.handlers)
+    try:
+        tool.main(options.get_preprocessing_parser().parse_args([str(f) for f in flags]))
+    finally:  # it logs to DESTDIR/preprocess.log through a handler it never removes
+        tool.logger.handlers = handlers

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fairseq_shared.fairseq_commands import USER_DIR, fairseq_tool
+from helpers_data import preprocess_in_process
 from helpers_params import model_params
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -49,8 +50,8 @@ def data_bin(tmp_path_factory):
         src = [[rng.choice(vocab) for _ in range(rng.randint(3, 9))] for _ in range(n)]
         (root / f"{split}.src").write_text("\n".join(" ".join(s) for s in src) + "\n")
         (root / f"{split}.tgt").write_text("\n".join(" ".join(s[::-1]) for s in src) + "\n")
-    run(
-        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+    preprocess_in_process(  # fairseq-preprocess's main, without a process start
+        "--source-lang", "src", "--target-lang", "tgt",
         "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
         "--destdir", root / "bin", "--joined-dictionary", "--workers", "1",
     )

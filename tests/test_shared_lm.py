@@ -25,7 +25,7 @@ from fairseq_shared.models.lm_config import (
 )
 from fairseq_shared.models.shared_lm import SharedTransformerLanguageModel
 from fairseq_shared.sharing.assignment import SharingConfigError, layer_assignment, restrict
-from helpers_data import USER_DIR, run_tool
+from helpers_data import USER_DIR, preprocess_in_process, run_tool
 from helpers_lm import (
     TINY_LM,
     build_lm,
@@ -376,18 +376,6 @@ def _write_corpus(root):
         (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
 
 
-def preprocess(*flags):
-    """fairseq-preprocess's own main, in this process (a process start costs seconds)."""
-    from fairseq import options
-    from fairseq_cli import preprocess as tool
-
-    handlers = list(tool.logger.handlers)
-    try:
-        tool.main(options.get_preprocessing_parser().parse_args([str(f) for f in flags]))
-    finally:  # it logs to DESTDIR/preprocess.log through a handler it never removes
-        tool.logger.handlers = handlers
-
-
 def _eval_lm_loss(output) -> float:
     return float(re.search(r"Loss \(base 2\): ([0-9.]+)", output).group(1))
 
@@ -398,7 +386,7 @@ def lm_run(tmp_path_factory):
     for 8 updates by fairseq-train, and fairseq-eval-lm of its checkpoint."""
     root = tmp_path_factory.mktemp("lm")
     _write_corpus(root)
-    preprocess("--only-source", "--trainpref", root / "train.txt", "--validpref",
+    preprocess_in_process("--only-source", "--trainpref", root / "train.txt", "--validpref",
                root / "valid.txt", "--testpref", root / "test.txt", "--destdir", root / "bin",
                "--workers", "1")
     _, train_log = run_tool("fairseq-train", root / "bin", *LM_TRAIN, "--save-dir", root / "ckpt")
