@@ -1,13 +1,17 @@
 """The contamination audit: candidate retrieval, near-duplicate shares, the lookup baseline,
 and the command's report and exit status."""
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from fairseq_shared.cli import audit as command
 from fairseq_shared.data import audit, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,12 +94,10 @@ def test_audit_command_report_and_exit_status(tmp_path):
         sacrebleu.corpus_bleu(lookup, [[t for _, t in HELD]]).score, 2)
     assert "| test | 3 | 1 / 1 / 1 |" in (tmp_path / "audit.md").read_text()
     # above the allowed contamination: exit 1 and say which flag
-    proc = subprocess.run(cmd + ["--max-contamination", "0.01"], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = _audit(raw, "--max-contamination", "0.01")
     assert proc.returncode == 1 and "--max-contamination" in proc.stderr
     # a directory without the training text: a clear usage error naming what is missing
-    proc = subprocess.run([sys.executable, "-m", "fairseq_shared.cli.audit", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = _audit(tmp_path, k=None)
     assert proc.returncode == 2 and "missing train.es, train.en" in proc.stderr
 
 
@@ -145,7 +147,20 @@ def _write_corpus(raw, splits):
         pipeline.write_lines(raw / f"{split}.en", (t for _, t in pairs))
 
 
-def _audit(raw, *extra):
+def _audit(raw, *extra, k="3"):
+    """The command's main in this process (a process costs an import of fairseq; the one test
+    of printing to a real stdout runs it as one): its exit status and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = [str(raw), *(["-k", k] if k else []), *extra]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = command.main(argv)
+        except SystemExit as stop:
+            code = stop.code
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def _audit_process(raw, *extra):
     return subprocess.run([sys.executable, "-m", "fairseq_shared.cli.audit", str(raw), "-k", "3",
                            *extra], capture_output=True, text=True, cwd=ROOT)
 
@@ -212,7 +227,7 @@ def test_a_path_that_is_not_utf8_is_reported_escaped(tmp_path):
 
     root = tmp_path / os.fsdecode(b"corpus\xff")
     _write_corpus(root / "raw", {"train": TRAIN, "valid": HELD[2:], "test": HELD})
-    proc = _audit(root / "raw")
+    proc = _audit_process(root / "raw")  # printed to a real stdout: the process itself
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "corpus\\xff" in proc.stdout
     report = json.loads((root / "audit.json").read_text(encoding="utf-8"))
