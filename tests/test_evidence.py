@@ -11,12 +11,11 @@ import pytest
 from fairseq_shared.experiments import budget_curve, budget_report, queue, run_record
 from fairseq_shared.experiments.corpus import CORPUS_FILES, snapshot_corpus
 from fairseq_shared.experiments.statistics import load_runs, read_lines
-from fairseq_shared.data.toydata import build_toy_corpus
+from helpers_queue import toy  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    toy = build_toy_corpus(str(tmp_path_factory.getbasetemp() / "toy"))
+def finished(toy, tmp_path_factory):
     root = tmp_path_factory.mktemp("evidence")
     work, results = str(root / "work"), str(root / "results")
     snapshot_corpus(toy, results)
