@@ -239,7 +239,8 @@ def test_training_cost_is_compared_from_one_machine_run(tmp_path):
         pytest.approx([1.25, 2.25])
 
 
-def test_averaged_milestones_decode_and_validate_the_final_stages_average(toy, tmp_path):
+def test_averaged_milestones_decode_and_validate_the_final_stages_average(uninterrupted, toy,
+                                                                        tmp_path):
     """``average_milestones`` (the 16,000-update budget): every milestone also measures the
     average of its last checkpoints, as the final stage does, and the final stage reuses the
     last milestone's; the averaged valid loss is fairseq-validate's on that average, which on
@@ -247,6 +248,9 @@ def test_averaged_milestones_decode_and_validate_the_final_stages_average(toy, t
     from fairseq_shared.experiments.corpus import corpus_paths
     from fairseq_shared.experiments.valid_loss import valid_loss
 
+    # the same run (its key leaves out the limits and the milestones) already trained to 30
+    # updates: this worker measures milestone 30 from it, then trains on to 40
+    shutil.copytree(uninterrupted / "work" / "runs_s1", tmp_path / "work" / "runs_s1")
     out, _ = worker(toy, tmp_path, "--set", "average_milestones=true", "--set", "max_update=40",
                     "--set", "milestones=30,40").communicate(timeout=300)
     assert "this worker finished: vanilla_s1" in out, out
