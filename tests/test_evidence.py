@@ -4,6 +4,7 @@ claims, and the equal-updates tables rebuilt from those files (tiny budget on th
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from fairseq_shared.experiments import budget_curve, budget_report, queue, run_record
 from fairseq_shared.experiments.corpus import CORPUS_FILES, snapshot_corpus
 from fairseq_shared.experiments.statistics import load_runs, read_lines
+from helpers_data import shared_main_job
 from helpers_queue import toy  # noqa: F401  (a fixture)
 
 
@@ -19,6 +21,11 @@ def finished(toy, tmp_path_factory):
     root = tmp_path_factory.mktemp("evidence")
     work, results = str(root / "work"), str(root / "results")
     snapshot_corpus(toy, results)
+    # the main job's runs are these two items' runs (same budget, seed and command), trained
+    # once per pytest run: the queue finds them trained and writes their records
+    trained, _ = shared_main_job(tmp_path_factory, toy)
+    for name in ("vanilla", "cycle_rev_2L"):
+        shutil.copytree(os.path.join(trained, "train", name), os.path.join(work, "runs_s1", name))
     items = [("vanilla", 1), ("cycle_rev_2L", 1), ("vanilla", 2)]
     log = []
     done = queue.work_pairs(budget_curve.SUITE, items, toy, work, results, "tiny",
@@ -112,8 +119,6 @@ def test_commit_only_the_named_paths(tmp_path):
 def test_a_rebuilt_corpus_with_other_pieces_is_refused(finished, tmp_path):
     """The snapshot pins the references and the dictionaries the committed models index: a
     corpus rebuilt with another segmentation would decode them into other words silently."""
-    import shutil
-
     toy, _, results, _, _ = finished
     pinned = os.path.join(results, "corpus")
     assert open(os.path.join(pinned, "target.dict.txt"), "rb").read() == \
