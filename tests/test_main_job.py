@@ -187,24 +187,24 @@ def test_rows_lookup_restart_and_resume(toy, shared_out, tmp_path):
     assert done["updates"] == budget["max_update"]
 
 
-def test_interrupted_run_resumes_from_checkpoint_last(toy, tmp_path):
-    """A run stopped at update 4 (as if killed after a save) continues from there."""
+def test_interrupted_run_resumes_from_checkpoint_last(toy, shared_out, tmp_path):
+    """A run stopped at update 8 (as if killed after a save) continues from there."""
     configs = select_configs(CONFIGS, "vanilla", None)
     out = str(tmp_path / "resume")
-    short = load_budget("tiny", ["max_update=4"])
-    train_run(make_plan(configs, short, toy, out)[0], "vanilla", lambda m: None)
+    # the shared main job's vanilla is this run (same budget and command) trained to 8 updates
     run_dir = os.path.join(out, "runs", "vanilla")
-    assert json.load(open(os.path.join(run_dir, "done.json")))["updates"] == 4
-    full = load_budget("tiny")  # same run, higher update limit
+    shutil.copytree(os.path.join(shared_out, "train", "vanilla"), run_dir)
+    assert json.load(open(os.path.join(run_dir, "done.json")))["updates"] == 8
+    full = load_budget("tiny", ["max_update=12"])  # same run, higher update limit
     runs = make_plan(configs, full, toy, out)
     assert runs[0].state() == "partial"
     log = []
     train_run(runs[0], "vanilla", log.append)
     assert any("vanilla: resuming from checkpoint_last.pt" in m for m in log)
     train_log = open(os.path.join(run_dir, "train.log")).read()
-    assert "Loaded checkpoint" in train_log and "@ 4 updates" in train_log
+    assert "Loaded checkpoint" in train_log and "@ 8 updates" in train_log
     assert train_log.count("done training") == 2
-    assert json.load(open(os.path.join(run_dir, "done.json")))["updates"] == 8
+    assert json.load(open(os.path.join(run_dir, "done.json")))["updates"] == 12
 
 
 def test_equal_updates_follows_vanilla(toy, shared_out, tmp_path):
