@@ -3,6 +3,7 @@ once, and workers racing for one item (a delay injected inside the claim), each 
 to an uninterrupted run's; claims held by the kernel; failures recorded without stopping the
 queue; a worker coming back to an item whose holder died."""
 
+import contextlib
 import json
 import os
 import signal
@@ -88,18 +89,53 @@ def test_racing_workers_run_an_item_once_with_the_uninterrupted_result(toy, refe
 
 
 # ---------------------------------------------------------------------------- the loop
+class _Forked:
+    """A child forked from this process running ``hold(say)`` until killed, as a Popen is
+    killed and waited for: it has the package imported already, where a fresh interpreter
+    would import fairseq first (seconds). ``say`` writes a line to ``stdout``."""
+
+    def __init__(self, hold):
+        r, w = os.pipe()
+        self.pid, self.returncode = os.fork(), None
+        if self.pid == 0:  # the child never returns into pytest
+            try:
+                os.close(r)
+                hold(lambda text: os.write(w, f"{text}\n".encode()))
+            finally:
+                os._exit(0)
+        os.close(w)
+        self.stdout = os.fdopen(r)
+
+    def kill(self):
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self):
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            self.stdout.close()
+        return self.returncode
+
+
 def _holder(work, ident, light=True):
     """A process that holds the claim of ``ident`` until killed (``light``: the same
-    record lock as :func:`queue.claim` takes, without importing the package)."""
+    record lock as :func:`queue.claim` takes, without importing the package; else
+    :func:`queue.claim` itself, in a forked child)."""
+    if not light:
+        def hold(say):
+            with queue.claim(work, ident) as held:
+                say(held)
+                time.sleep(600)
+
+        proc = _Forked(hold)
+        assert proc.stdout.readline().strip() == "True"
+        return proc
     path = os.path.join(work, "claims", ident)
     code = ("import fcntl, os, time\n"
             f"os.makedirs(os.path.dirname({path!r}), exist_ok=True)\n"
             f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)\n"
             "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(True, flush=True)\n"
-            "time.sleep(600)") if light else (
-            "import sys, time; from fairseq_shared.experiments import queue\n"
-            f"with queue.claim({work!r}, {ident!r}) as held:\n"
-            "    print(held, flush=True); time.sleep(600)")
+            "time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout.readline().strip() == "True"
@@ -122,13 +158,18 @@ def test_claims_are_kernel_locks_released_when_the_holder_dies(tmp_path):
 def test_a_claim_dies_with_its_holder_even_when_a_forked_child_lives_on(tmp_path):
     """A worker decoding a milestone has a forked data-loader child; killing the worker must
     free its claim at once, not when the child notices (the claim is the process's own)."""
-    code = ("import os, sys, time; from fairseq_shared.experiments import queue\n"
-            f"with queue.claim({str(tmp_path)!r}, 'a_s1') as held:\n"
-            "    if os.fork() == 0:\n"
-            "        time.sleep(60); os._exit(0)\n"
-            "    print(held, flush=True); time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    def hold(say):
+        with queue.claim(str(tmp_path), "a_s1") as held:
+            child = os.fork()
+            if child == 0:
+                time.sleep(60)
+                os._exit(0)
+            say(child)
+            say(held)
+            time.sleep(600)
+
+    holder = _Forked(hold)
+    forked = int(holder.stdout.readline())
     try:
         assert holder.stdout.readline().strip() == "True"
         assert queue.held_elsewhere(str(tmp_path), "a_s1")
@@ -138,7 +179,9 @@ def test_a_claim_dies_with_its_holder_even_when_a_forked_child_lives_on(tmp_path
             assert held  # the forked child (still sleeping) does not hold it
     finally:
         holder.kill()
-        subprocess.run(["pkill", "-f", "time.sleep(60); os._exit(0)"], check=False)
+        holder.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(forked, signal.SIGKILL)
 
 
 def _suite(calls, fail=(), on_run=None):
