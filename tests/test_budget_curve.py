@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_shared.experiments import (budget_curve, budget_findings, budget_report, milestones,
-                                        queue)
-from fairseq_shared.experiments.corpus import CORPUS_FILES, snapshot_corpus
+from fairseq_shared.experiments import budget_curve, budget_findings, budget_report, milestones
+from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
+from fairseq_shared.experiments.corpus import CORPUS_FILES
+from fairseq_shared.experiments.run_record import learning_curve, train_run
+from fairseq_shared.experiments.runs import plan_run
 from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
 
 
@@ -79,13 +81,14 @@ def test_each_milestone_is_written_then_the_averaged_final(uninterrupted, toy):
 
 
 def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):
-    snapshot_corpus(toy, str(tmp_path / "results"))
-    queue.work_pairs(budget_curve.SUITE, [("vanilla", 1)], toy, str(tmp_path / "work"),
-                     str(tmp_path / "results"), "tiny",
-                     ["max_update=30", "save_interval_updates=10"], progress=lambda m: None)
-    one = json.loads((tmp_path / "results" / "runs" / "vanilla_s1.json").read_text())
+    # the one-stage suite's run, trained only: its record's curve is this log's
+    budget = load_budget("tiny", ["max_update=30", "save_interval_updates=10", "seed=1"])
+    run = plan_run(select_configs(CONFIGS, "vanilla", None)[0], 1, toy, str(tmp_path), budget,
+                   lambda m: None)
+    train_run(run, "vanilla_s1", lambda m: None)
+    one = learning_curve(os.path.join(run.dir, "train.log"))
     staged = written(uninterrupted)["vanilla_s1.json"]
-    assert [(p["update"], p["valid_loss"]) for p in one["curve"]] == staged["curve"]
+    assert [(p["update"], p["valid_loss"]) for p in one] == staged["curve"]
 
 
 def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, toy, tmp_path):
