@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.budget_curve import NAMES
+from fairseq_shared.experiments.statistics import markdown_row, markdown_table
 
 #: the 16,000-update runs of Takase's pair (budget ``budget_long``), under RESULTS/long/; their
 #: 8,000-update milestone, averaged as a final model is, counts as a seed of the 8,000-update
@@ -40,19 +41,17 @@ def long_lines(long_stages, stages, results: str) -> List[str]:
     the 8,000-update suite also ran, whether its milestones reproduce that run's."""
     if not long_stages:
         return []
+    updates = sorted({k for by_seed in long_stages.values() for ms in by_seed.values() for k in ms})
     lines = ["## Takase's pair to 16,000 updates (`long/`, budget `budget_long`)", "",
              "Each cell: checkpoint BLEU / averaged BLEU / averaged valid loss (bits).", "",
-             "| run | " + " | ".join(f"{k:,}" for k in sorted(
-                 {k for by_seed in long_stages.values() for ms in by_seed.values() for k in ms}))
-             + " | reproduces the 8,000-update run |"]
-    updates = sorted({k for by_seed in long_stages.values() for ms in by_seed.values() for k in ms})
-    lines.append("|---|" + "---:|" * len(updates) + "---|")
+             *markdown_table(["run", *(f"{k:,}" for k in updates),
+                              "reproduces the 8,000-update run"], align="l" + "r" * len(updates))]
     for name in (n for n in NAMES if n in long_stages):
         for seed, ms in sorted(long_stages[name].items()):
             cells = [f"{ms[k]['test']['bleu']:.2f} / {ms[k]['average']['test']['bleu']:.2f} / "
                      f"{ms[k]['average']['valid_loss']:.3f}" if k in ms else "-" for k in updates]
-            lines.append(f"| {name}_s{seed} | " + " | ".join(cells) + " | "
-                         + reproduction(ms, stages.get(name, {}).get(seed), results) + " |")
+            lines.append(markdown_row([f"{name}_s{seed}", *cells,
+                                       reproduction(ms, stages.get(name, {}).get(seed), results)]))
     return lines + [""]
 
 

@@ -43,8 +43,9 @@ from fairseq_shared.experiments.budget_summary import summary_table, valid_losse
 from fairseq_shared.experiments.configs import BASELINES, load_budget
 from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update, fmt_difference,
                                                    fmt_paired, fmt_seeds, load_runs, lookup_lines,
-                                                   paired_by_seed, pending_line, plot_curves,
-                                                   pooled_sd, read_lines, save_panels, score_cells)
+                                                   markdown_row, markdown_table, paired_by_seed,
+                                                   pending_line, plot_curves, pooled_sd,
+                                                   read_lines, save_panels, score_cells)
 
 RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
@@ -90,12 +91,12 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
                  "single models of one seed against vanilla 3+3's (test sampling only: ΔBLEU, "
                  "bootstrap p)"]
     lines = [f"## Test {title} (mean ± sd [95% interval over seeds] (per seed))", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             *markdown_table(head)]
     if lookup:
         lk = f"{lookup[metric]:.2f}"
         row = ["lookup baseline (no model: closest training verse)", "-", "-", "-",
                *[lk] * len(updates), lk, "-"] + (["-", "-"] if metric == "bleu" else [])
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(markdown_row(row))
     for name in NAMES:
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
         if not seeds:
@@ -114,7 +115,7 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
                             for f in final) or "-")
         if metric == "bleu":
             row += [versus_cell(versus.get(name, {}), "bleu"), paired.get(name, "-")]
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(markdown_row(row))
     return lines + [""]
 
 
@@ -127,7 +128,7 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
              "The milestones' losses are the checkpoints' as training logged them; the final "
              "column is the averaged model's, measured with fairseq-validate "
              "(`experiments/valid_loss.py`). The valid set is fixed, so the interval counts seeds "
-             "only.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             "only.", "", *markdown_table(head)]
     for name in (n for n in NAMES if n in stages or n in finals):
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
@@ -137,7 +138,7 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
                        if k in stages[name].get(s, {})], ".3f") for k in updates]
         row += [_cell(valid_losses(final), ".3f"),
                 versus_cell(versus.get(name, {}), "valid_loss", "+.3f")]
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(markdown_row(row))
     return lines + [""]
 
 
@@ -162,8 +163,8 @@ def rate_table(rates: Dict) -> List[str]:
              f"{(rates.get('load_average_at_end') or [0])[0]:.2f}, its own): each configuration's "
              "budget command from scratch, steady state after the first logged interval; CPU "
              "seconds of the fairseq-train process (all its threads) per update.", "",
-             "| configuration | layers enc+dec | CPU s/update | × vanilla 3+3 | wall s/update |",
-             "|---|---|---:|---:|---:|"]
+             *markdown_table(["configuration", "layers enc+dec", "CPU s/update",
+                              "× vanilla 3+3", "wall s/update"], align="llrrr")]
     for name in (n for n in NAMES if n in rows):
         r = rows[name]
         ratio = f"{r['steady_cpu_s_per_update'] / base:.2f}" if base else "-"

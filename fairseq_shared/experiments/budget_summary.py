@@ -8,7 +8,8 @@ final models (size on disk, every engine's decoding speed over vanilla's). Writt
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments import frontier_report
-from fairseq_shared.experiments.statistics import fmt_difference, fmt_seeds
+from fairseq_shared.experiments.statistics import (fmt_difference, fmt_seeds, markdown_row,
+                                                   markdown_table)
 
 # Row order and what each configuration is, for a reader of the README (the names are the
 # plots' legends and the budget's own). Kasai et al.'s shallow decoder sits next to SAN: both
@@ -59,8 +60,7 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
             f"ΔBLEU vs {baseline} 3+3 [95%: seeds and test sampling]",
             "valid loss, final (bits)", f"Δ valid loss vs {baseline} 3+3 [95%: seeds]",
             "training CPU per update", "MB (fairseq / ct2_int8)", *speeds]
-    lines = ["| " + " | ".join(head) + " |",
-             "|---|---|---:|---:|---:|---|---:|---|---:|---|" + "---|" * len(speeds)]
+    lines = markdown_table(head, align="llrrrlrlr")
     if lookup_bleu is not None:
         lines.append("| lookup baseline (closest training verse) | - | - | - | "
                      f"{lookup_bleu:.2f} |" + " - |" * (len(head) - 5))
@@ -79,5 +79,5 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                f"{rate / base_rate:.2f}" if rate and base_rate else "-",
                own.get("mb", "not measured"),
                *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(markdown_row(row))
     return lines

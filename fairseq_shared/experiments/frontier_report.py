@@ -9,6 +9,7 @@ import statistics
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_shared.experiments.frontier import ENGINES
+from fairseq_shared.experiments.statistics import markdown_row, markdown_table
 from fairseq_shared.markdown import fmt
 from fairseq_shared.timing.machine import boot_key
 
@@ -196,13 +197,12 @@ def speed_headers(records: List[Dict], anchor: str = ANCHOR) -> List[str]:
 
 def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
     """One row per configuration: :func:`configuration_cells`."""
-    heads = speed_headers(records, anchor)
-    lines = ["| configuration | seeds | parameters | BLEU | MB (fairseq / ct2_int8) | "
-             + " | ".join(heads) + " |", "|---|---:|---:|---:|---|" + "---|" * len(heads)]
-    for name, c in configuration_cells(records, rows, anchor).items():
-        lines.append(f"| {name} | {c['seeds']} | {c['parameters']} | {c['bleu']} | {c['mb']} | "
-                     + " | ".join(c["speed"].values()) + " |")
-    return lines
+    head = ["configuration", "seeds", "parameters", "BLEU", "MB (fairseq / ct2_int8)",
+            *speed_headers(records, anchor)]
+    return markdown_table(head, ([name, c["seeds"], c["parameters"], c["bleu"], c["mb"],
+                                  *c["speed"].values()]
+                                 for name, c in configuration_cells(records, rows, anchor).items()),
+                          align="lrrr")
 
 
 def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
@@ -237,10 +237,9 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         f"{configuration(anchor)}'s eager fairseq; - where not measured or not comparable)", "",
         *short_table(records, rows, anchor), "",
         "## Every option", "",
-        "| model | engine | BLEU | chrF | MB | " + " | ".join(
-            f"tok/s b={b} | x{anchor} b={b} | steps b={b} | ms/step b={b}" for b in sizes)
-        + " | identical |",
-        "|---|---|---:|---:|---:|" + "---:|---:|---:|---:|" * len(sizes) + "---|",
+        *markdown_table(["model", "engine", "BLEU", "chrF", "MB", *(
+            f"tok/s b={b} | x{anchor} b={b} | steps b={b} | ms/step b={b}" for b in sizes),
+            "identical"], align="llrrr" + "rrrr" * len(sizes) + "l"),
     ]
     for r in rows:
         cells = []
@@ -255,9 +254,8 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         ident = ("-" if r["engine"] == "fairseq" else
                  ", ".join(f"{c['identical']}/{c['compared']}" for c in same))
         mb = r["disk_bytes"] / 1e6 if r.get("disk_bytes") else None
-        lines.append(f"| {r['model']} | {r['engine']} | {fmt(r['bleu'], '.2f')} | "
-                     f"{fmt(r['chrf'], '.2f')} | {fmt(mb, '.2f')} | " + " | ".join(cells)
-                     + f" | {ident} |")
+        lines.append(markdown_row([r["model"], r["engine"], fmt(r["bleu"], ".2f"),
+                                   fmt(r["chrf"], ".2f"), fmt(mb, ".2f"), *cells, ident]))
     missing = unavailable(records)
     if missing:
         lines += ["", "Not measured:", ""] + [f"- {m}" for m in missing]

@@ -32,7 +32,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 LEVEL = 0.95
 BOOTSTRAP_SAMPLES = 1000
@@ -155,6 +155,18 @@ def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str],
 
 
 # ------------------------------------------------------------------------- table cells
+def markdown_row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]] = (),
+                   align: str = "") -> List[str]:
+    """Header, separator and rows; ``align``: a letter per column, ``r`` right-aligned (the
+    columns past it are left-aligned)."""
+    sep = "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(head)))
+    return [markdown_row(head), "|" + sep, *map(markdown_row, rows)]
+
+
 def fmt_seeds(values: Sequence[float], spec: str = ".2f") -> str:
     """``30.28 ± 0.78 [23.27, 37.29] (29.73, 30.83)``: mean ± sd, the 95% interval over
     seeds, per seed; ``31.02 (one seed)`` for one."""
@@ -260,7 +272,7 @@ def lookup_lines(lookup: Optional[Dict], columns: int, bleu_at: int) -> List[str
     cells = ["-"] * columns
     cells[0] = "lookup baseline (no model: closest training verse)"
     cells[bleu_at], cells[bleu_at + 1] = f"{lookup['bleu']:.2f}", f"{lookup['chrf']:.2f}"
-    return ["| " + " | ".join(cells) + " |"]
+    return [markdown_row(cells)]
 
 
 # ------------------------------------------------------------------ curve figures

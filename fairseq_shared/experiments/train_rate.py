@@ -28,6 +28,7 @@ from typing import Dict, Iterator, List, Sequence
 from fairseq_shared.errors import FairseqSharedError
 from fairseq_shared.experiments import cpu_load
 from fairseq_shared.experiments.cpu_clock import read_cpu_log
+from fairseq_shared.experiments.statistics import markdown_table
 from fairseq_shared.experiments.training import log_records, train
 
 BUSY_LOOP = "while True: pass"
@@ -124,14 +125,9 @@ def table(rows: Sequence[Dict]) -> str:
     counts = sorted({r["beside"] for r in rows})
     head = ["config", "threads", "wait policy"] + [
         "alone" if n == 0 else f"beside {n}" for n in counts]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    keys = list(dict.fromkeys((r["config"], r["threads"], r["requested_policy"]) for r in rows))
-    for key in keys:
-        cells = []
-        for n in counts:
-            hit = [r for r in rows if (r["config"], r["threads"], r["requested_policy"]) == key
-                   and r["beside"] == n]
-            cells.append(f"{hit[0]['steady_s_per_update']:.2f} ({hit[0]['wait_policy']})"
-                         if hit else "-")
-        lines.append("| " + " | ".join([key[0], str(key[1]), key[2]] + cells) + " |")
-    return "\n".join(lines) + "\n"
+    key = lambda r: (r["config"], r["threads"], r["requested_policy"])  # noqa: E731
+    cell = {(key(r), r["beside"]): f"{r['steady_s_per_update']:.2f} ({r['wait_policy']})"
+            for r in reversed(rows)}  # reversed: the first row of a key and count wins
+    body = [[c, str(t), p] + [cell.get(((c, t, p), n), "-") for n in counts]
+            for c, t, p in dict.fromkeys(map(key, rows))]
+    return "\n".join(markdown_table(head, body)) + "\n"
