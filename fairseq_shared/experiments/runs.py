@@ -50,32 +50,23 @@ class Run:
                 flags += [f"--{stack}-normalize-before"]
         return flags + [str(x) for x in self.config.get("extra", [])]
 
-    def data_flags(self) -> List[str]:
-        """The training data and the task's flags."""
-        _, src, tgt, _ = corpus_paths(self.data)
-        return [training_bin(self.data, self.config.get("data", "raw")), "--task", "translation",
-                "--source-lang", src, "--target-lang", tgt]
-
-    def criterion_flags(self) -> List[str]:
-        return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
-
-    def embedding_flags(self) -> List[str]:
-        return ["--share-all-embeddings"] if corpus_paths(self.data)[3] else []
-
     def train_command(self) -> List[str]:
         b = self.budget
+        _, src, tgt, joined_vocabulary = corpus_paths(self.data)
         cmd = fairseq_command(
-               "train", *self.data_flags(), *self.model_flags(),
+               "train", training_bin(self.data, self.config.get("data", "raw")),
+               "--task", "translation", "--source-lang", src, "--target-lang", tgt,
+               *self.model_flags(),
                "--dropout", str(b["dropout"]),
                "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
                "--lr", str(b["lr"]), "--lr-scheduler", "inverse_sqrt",
                "--warmup-updates", str(b["warmup_updates"]), "--warmup-init-lr", "1e-07",
-               *self.criterion_flags(),
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                "--max-tokens", str(b["max_tokens"]), "--max-update", str(self.max_update),
                "--save-dir", self.dir, "--no-epoch-checkpoints",
                "--log-format", "json", "--log-interval", str(b["log_interval"]),
                "--seed", str(b["seed"]), "--num-workers", "0")
-        cmd += self.embedding_flags()
+        cmd += ["--share-all-embeddings"] if joined_vocabulary else []
         if b.get("max_minutes"):
             cmd += ["--stop-time-hours", f"{b['max_minutes'] / 60:.6f}"]
         if b.get("save_interval_updates"):
@@ -157,8 +148,8 @@ def set_params_or_skip(run, count=count_params) -> None:
 
 
 def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
-              runs_dir: Optional[str] = None, run_class=Run) -> List[Run]:
-    """A ``run_class`` per configuration, its parameters counted (or its ``skip_reason``)."""
+              runs_dir: Optional[str] = None) -> List[Run]:
+    """A :class:`Run` per configuration, its parameters counted (or its ``skip_reason``)."""
     import logging
 
     import fairseq_shared  # noqa: F401
@@ -167,7 +158,7 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
     logging.disable(logging.WARNING)
     try:
         for cfg in configs:
-            run = run_class(cfg, budget, data, out, runs_dir)
+            run = Run(cfg, budget, data, out, runs_dir)
             set_params_or_skip(run)
             runs.append(run)
     finally:
@@ -175,12 +166,12 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
     return runs
 
 
-def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict, progress=print,
-             run_class=Run) -> Run:
-    """The ``run_class`` of ``config`` with ``seed``, under ``WORK/runs_s<seed>/<name>`` (its
+def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict,
+             progress=print) -> Run:
+    """The :class:`Run` of ``config`` with ``seed``, under ``WORK/runs_s<seed>/<name>`` (its
     parameters counted)."""
     return make_plan([config], budget, data, os.path.join(work, f"out_s{seed}"), log=progress,
-                     runs_dir=os.path.join(work, f"runs_s{seed}"), run_class=run_class)[0]
+                     runs_dir=os.path.join(work, f"runs_s{seed}"))[0]
 
 
 def print_plan(runs: List[Run], budget: Dict, log=print):
