@@ -111,21 +111,19 @@ def _engines(name, checkpoint, data, settings, export_info, hf_info=None):
             sessions.append(scripted)
         except Exception as e:  # noqa: BLE001  (a model TorchScript cannot compile: say why)
             runners["torchscript"] = f"torch.jit.script failed: {type(e).__name__}: {e}"[:500]
-    for engine, sub, ctype in (("ct2_float32", "ct2", "default"), ("ct2_int8", "ct2_int8", "int8")):
+    exported = {  # engine -> (its export, its runner from the export's directory)
+        "ct2_float32": (export_info, lambda d: CT2Engine(eager, os.path.join(d, "ct2"),
+                                                         "default", threads)),
+        "ct2_int8": (export_info, lambda d: CT2Engine(eager, os.path.join(d, "ct2_int8"),
+                                                      "int8", threads)),
+        "hf": (hf_info, lambda d: HFEngine(eager, os.path.join(d, "hf")))}
+    for engine, (info, runner) in exported.items():
         if engine not in wanted:
             runners[engine] = "not asked for (--engines)"
-        elif not export_info["exportable"]:
-            runners[engine] = f"not exportable: {export_info['reason']}"
+        elif not info["exportable"]:
+            runners[engine] = f"not exportable: {info['reason']}"
         else:
-            runners[engine] = CT2Engine(eager, os.path.join(export_info["dir"], sub), ctype,
-                                        threads)
-    hf_info = hf_info or {"exportable": None, "reason": "not asked for (--engines)"}
-    if "hf" not in wanted:
-        runners["hf"] = "not asked for (--engines)"
-    elif not hf_info["exportable"]:
-        runners["hf"] = f"not exportable: {hf_info['reason']}"
-    else:
-        runners["hf"] = HFEngine(eager, os.path.join(hf_info["dir"], "hf"))
+            runners[engine] = runner(info["dir"])
     return sessions, runners
 
 
@@ -192,9 +190,8 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
 
     record: Dict = {"schema": SCHEMA, "model": name, "checkpoint": os.path.abspath(checkpoint),
                     "settings": settings, "machine": machine.describe(),
-                    "export": export_info, "export_hf": hf_info, "engines": {}}
-    for engine in ENGINES:
-        record["engines"][engine] = {"available": True, "batch": {}}
+                    "export": export_info, "export_hf": hf_info,
+                    "engines": {e: {"available": True, "batch": {}} for e in ENGINES}}
     sessions, runners = _engines(name, checkpoint, data, settings, export_info, hf_info)
     session = sessions[0]
     live = [(e, r) for e, r in runners.items() if not isinstance(r, str)]
@@ -289,10 +286,6 @@ def write_record(out: str, record: Dict) -> List[str]:
 
 
 def load_record(out: str, name: str) -> Optional[Dict]:
-    import json
+    from fairseq_shared.experiments.queue import read_json
 
-    path = record_path(out, name)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(Path(record_path(out, name)))

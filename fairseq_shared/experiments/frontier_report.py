@@ -6,6 +6,7 @@ import json
 import os
 import re
 import statistics
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_shared.experiments.frontier import ENGINES
@@ -21,11 +22,8 @@ SHORT_ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8")
 
 
 def load_records(out: str) -> List[Dict]:
-    records = []
-    for path in sorted(glob.glob(os.path.join(out, "models", "*.json"))):
-        with open(path, encoding="utf-8") as f:
-            records.append(json.load(f))
-    return records
+    return [json.loads(Path(p).read_text(encoding="utf-8"))
+            for p in sorted(glob.glob(os.path.join(out, "models", "*.json")))]
 
 
 def options(records: List[Dict]) -> List[Dict]:

@@ -22,16 +22,7 @@ import logging
 import os
 import sys
 
-
-def _batch_sizes(text):
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or any(b < 1 for b in sizes):
-        raise argparse.ArgumentTypeError(f"--batch-sizes: '{text}' is not a list of positive "
-                                         "integers such as 1,32")
-    return sizes
+from fairseq_shared.cli.arg_types import non_negative_int, positive_int, positive_int_list
 
 
 def _engines(text):
@@ -55,18 +46,18 @@ def build_parser():
     p.add_argument("--out", required=True, help="results directory (models/, hyp/, tables)")
     p.add_argument("--work", default=os.path.join("work", "frontier"),
                    help="exports and weight files, not committed (default work/frontier)")
-    p.add_argument("--batch-sizes", type=_batch_sizes, default=[1, 32])
+    p.add_argument("--batch-sizes", type=positive_int_list, default=[1, 32])
     p.add_argument("--engines", type=_engines, default=",".join(ENGINES),
                    help="engines to measure (default all; fairseq is the reference)")
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=positive_int, default=4)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=1, help="untimed passes per engine")
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed passes per engine")
     p.add_argument("--warmup-batches", type=int, default=None,
                    help="a warm-up pass decodes only the N longest batches (default: all)")
-    p.add_argument("--repeats", type=int, default=2, help="timed passes per engine")
+    p.add_argument("--repeats", type=positive_int, default=2, help="timed passes per engine")
     p.add_argument("--sentences", type=int, default=0, help="evenly spaced sentences; 0: all")
     p.add_argument("--gen-subset", default="test")
     p.add_argument("--verify-sentences", type=int, default=100,
@@ -96,10 +87,6 @@ def main(argv=None) -> int:
             checkpoints = frontier.parse_checkpoints(args.checkpoints)
         except ValueError as e:
             print(f"ERROR: {e}", file=sys.stderr)
-            return 2
-        if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.beam < 1:
-            print("ERROR: --threads, --repeats and --beam must be >= 1, --warmup >= 0",
-                  file=sys.stderr)
             return 2
         if args.warmup_batches is not None and args.warmup_batches < 1:
             print(f"ERROR: --warmup-batches {args.warmup_batches}: allowed an integer >= 1 "
