@@ -6,8 +6,7 @@ milestone's); :func:`run_item`, one translation run trained, its test set decode
 scored."""
 
 import os
-import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
 from fairseq_shared.experiments.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
@@ -51,7 +50,7 @@ def train_run(run, ident: str, progress=print) -> Dict:
         progress(f"[train] {run.name}: already trained ({run.done_info()['updates']} updates); "
                  "skipped")
     else:
-        train(run, progress, 1, 1, time.time())
+        train(run, progress)
     return run.done_info()
 
 
@@ -63,7 +62,7 @@ def checkpoint_updates(run) -> int:
 
 
 def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],
-               progress=print, command: Optional[List[str]] = None) -> Dict:
+               progress=print) -> Dict:
     """Train (or finish) ``run``, evaluate it, and return its result: the keys every suite
     shares, then what ``evaluate(run, result)`` returns (it may also amend the curve)."""
     info = train_run(run, item.id, progress)
@@ -83,19 +82,18 @@ def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], D
         "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
         "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
         "budget": dict(run.budget),
-        "train_command": command or run.train_command()[1:],
+        "train_command": run.train_command()[1:],
     }
     result.update(evaluate(run, result))
     return result
 
 
 def run_item(name: str, seed: int, data: str, work: str, results: str, budget_name: str,
-             overrides: Sequence[str] = (), progress=print, config: Optional[Dict] = None) -> Dict:
-    """Train (or finish) one configuration (of ``configs.CONFIGS``, or ``config``) with one
-    seed, decode the test set and write its hypotheses; returns the result dict (the queue
+             overrides: Sequence[str] = (), progress=print) -> Dict:
+    """Train (or finish) one configuration of ``configs.CONFIGS`` with one seed, decode the test set and write its hypotheses; returns the result dict (the queue
     writes it to ``RESULTS/runs/<name>_s<seed>.json``)."""
     budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
-    config = config or select_configs(CONFIGS, name, None)[0]
+    config = select_configs(CONFIGS, name, None)[0]
     run = plan_run(config, seed, data, work, budget, progress)
     item = Item(name, seed)
     result = record_run(run, item, config.get("label", name),

@@ -69,7 +69,7 @@ def measure_run(run, policy: str = None, progress=lambda *a: None) -> Dict:
     seconds."""
     shutil.rmtree(run.dir, ignore_errors=True)
     t0 = time.time()
-    train(run, progress, 1, 1, t0, policy=policy)
+    train(run, progress, policy=policy)
     wall = time.time() - t0
     log_path = os.path.join(run.dir, "train.log")
     inner = [r for kind, r in log_records(log_path) if kind == "train_inner"]

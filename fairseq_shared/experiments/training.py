@@ -23,20 +23,22 @@ _PR_SET_PDEATHSIG = 1
 _JSON_RE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 
 
+def _json_record(line: str) -> Optional[Tuple[str, Dict]]:
+    """(kind, record) of a JSON line of fairseq's log, kind being train_inner, train or valid;
+    None for any other line."""
+    m = _JSON_RE.search(line)
+    try:
+        return (m.group(1), json.loads(m.group(2))) if m else None
+    except json.JSONDecodeError:
+        return None
+
+
 def log_records(path: str):
-    """(kind, record) of every JSON line of a fairseq training log, kind being train_inner,
-    train or valid (all attempts appended; a missing log has none)."""
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = _JSON_RE.search(line)
-            if not m:
-                continue
-            try:
-                yield m.group(1), json.loads(m.group(2))
-            except json.JSONDecodeError:
-                continue
+    """:func:`_json_record` of every line of a fairseq training log (all attempts appended; a
+    missing log has none)."""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from filter(None, map(_json_record, f))
 
 
 def parse_train_log(path: str) -> Dict:
@@ -109,10 +111,8 @@ class _Progress:
     """Reads what the child appended to its log: CPU time at each logged update, progress
     lines with an ETA, valid losses."""
 
-    def __init__(self, run: Run, progress, k: int, n: int, t0: float, t_overall: float,
-                 cpu_log: CpuLog):
-        self.run, self.progress, self.k, self.n = run, progress, k, n
-        self.t0, self.t_overall, self.cpu_log = t0, t_overall, cpu_log
+    def __init__(self, run: Run, progress, t0: float, cpu_log: CpuLog):
+        self.run, self.progress, self.t0, self.cpu_log = run, progress, t0, cpu_log
         self.last_print, self.first_update, self.partial = 0.0, None, b""
 
     def read(self, path: str, offset: int) -> int:
@@ -126,15 +126,9 @@ class _Progress:
         return offset + len(data)
 
     def line(self, line: str) -> None:
-        m = _JSON_RE.search(line)
-        if not m:
-            return
-        try:
-            rec = json.loads(m.group(2))
-        except json.JSONDecodeError:
-            return
-        run, tag = self.run, f"[train {self.k}/{self.n}] {self.run.name}"
-        if m.group(1) == "train_inner":
+        kind, rec = _json_record(line) or (None, None)
+        run, tag = self.run, f"[train] {self.run.name}"
+        if kind == "train_inner":
             upd = int(float(rec.get("num_updates", 0)))
             self.cpu_log.write(upd)
             now = time.time()
@@ -146,9 +140,9 @@ class _Progress:
                 rate = (upd - u0) / (now - t_u0) if now > t_u0 and upd > u0 else None
                 eta = f"{(run.max_update - upd) / rate / 60:.1f} min" if rate else "?"
                 self.progress(f"{tag}: update {upd}/{run.max_update}, loss {rec.get('loss')}, "
-                              f"{rec.get('wps')} tok/s, elapsed {(now - self.t0) / 60:.1f} min "
-                              f"(total {(now - self.t_overall) / 60:.1f} min), ETA {eta}")
-        elif m.group(1) == "valid":
+                              f"{rec.get('wps')} tok/s, elapsed {(now - self.t0) / 60:.1f} min, "
+                              f"ETA {eta}")
+        elif kind == "valid":
             self.progress(f"{tag}: valid loss {rec.get('valid_loss')} at update "
                           f"{rec.get('valid_num_updates')}")
 
@@ -184,8 +178,7 @@ def wait_policy(threads: int, requested: Optional[str] = None, environ=None,
     return cpu_load.wait_policy_for(*load, threads), cpu_load.load_warning(*load, threads)
 
 
-def train(run: Run, progress, k: int, n: int, t_overall: float,
-          policy: Optional[str] = None) -> Dict:
+def train(run: Run, progress, policy: Optional[str] = None) -> Dict:
     """Train (or resume) one configuration; returns its done.json content. A fairseq-train
     child left by a killed worker (its pid in the run directory) is killed first. ``policy``:
     the OpenMP wait policy (:func:`wait_policy`; default ``AUTO``)."""
@@ -193,7 +186,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
     state = run.state()
     if state == "stale":
         stale = f"{run.dir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-        progress(f"[train {k}/{n}] {run.name}: training command changed; moving the old run "
+        progress(f"[train] {run.name}: training command changed; moving the old run "
                  f"to {stale}")
         shutil.move(run.dir, stale)
     os.makedirs(run.dir, exist_ok=True)
@@ -213,16 +206,16 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
         if ck["updates"] >= run.max_update or (max_min and ck["seconds"] >= 60 * max_min):
             info = _write_done(run, key, time.time(), log_path,
                                note="complete in checkpoint_last.pt")
-            progress(f"[train {k}/{n}] {run.name}: already complete in checkpoint_last.pt "
+            progress(f"[train] {run.name}: already complete in checkpoint_last.pt "
                      f"({ck['updates']} updates); marked done")
             return info
-    progress(f"[train {k}/{n}] {run.name}: {'resuming from checkpoint_last.pt' if resumed else 'starting'}"
+    progress(f"[train] {run.name}: {'resuming from checkpoint_last.pt' if resumed else 'starting'}"
              f" (N={run.N}, M={run.M}, {run.strategy}/{run.scope}, "
              f"{run.params:,} params, max {run.budget['max_update']} updates)")
     decided, warning = wait_policy(run.budget["threads"], policy)
     env = training_env(run.budget["threads"], policy=decided)
     if warning:
-        progress(f"[train {k}/{n}] {run.name}: {warning}")
+        progress(f"[train] {run.name}: {warning}")
     t0 = time.time()
     with open(log_path, "ab") as logf:
         logf.write(start_header(decided, warning, cmd).encode())
@@ -232,7 +225,7 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
                                 preexec_fn=_die_with(os.getpid()), close_fds=True)
     child.record(run.dir, proc.pid)
     cpu_log = CpuLog(run.dir, proc.pid, time.strftime("%Y%m%d-%H%M%S"), start_update)
-    watch = _Progress(run, progress, k, n, t0, t_overall, cpu_log)
+    watch = _Progress(run, progress, t0, cpu_log)
     try:
         rc = None
         while rc is None:
@@ -250,6 +243,6 @@ def train(run: Run, progress, k: int, n: int, t_overall: float,
         tail = "".join(open(log_path, encoding="utf-8", errors="replace").readlines()[-15:])
         raise RuntimeError(f"fairseq-train failed for {run.name} (exit {rc}); see {log_path}:\n{tail}")
     info = _write_done(run, key, t0, log_path)
-    progress(f"[train {k}/{n}] {run.name}: done, {info['updates']} updates, "
+    progress(f"[train] {run.name}: done, {info['updates']} updates, "
              f"{info['train_wps']} tok/s (median), valid loss {info['valid_loss']}")
     return info
