@@ -29,10 +29,6 @@ class Command:
     # message when they changed, not with whichever run the worker commits next)
     prepare: Optional[Callable[[argparse.Namespace], Sequence[Path]]] = None
     plan: Optional[Callable[[argparse.Namespace, List[queue.Item]], None]] = None  # extra lines
-    add_arguments: Optional[Callable[[argparse.ArgumentParser, str], None]] = None
-    extra: Callable[[argparse.Namespace], Dict] = lambda args: {}  # Context.extra
-    queue_option: bool = True  # --queue name:seed,...; else the suite's own selection
-    plan_needs_data: bool = False
     # name -> (add its arguments, run it -> exit code)
     commands: Dict[str, Tuple[Callable, Callable]] = field(default_factory=dict)
 
@@ -48,37 +44,30 @@ def build_parser(cmd: Command) -> argparse.ArgumentParser:
             cmd.commands[name][0](s)
             continue
         if name != "render":
-            s.add_argument("--data", required=name == "run" or cmd.plan_needs_data,
-                           help="the prepared corpus")
+            s.add_argument("--data", required=name == "run", help="the prepared corpus")
             s.add_argument("--work", default=cmd.work, help="checkpoints, logs, claims")
             s.add_argument("--budget", default=cmd.budget, help=f"default {cmd.budget}")
             s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            help="override one budget value")
-            if cmd.queue_option:
-                s.add_argument("--queue", default=None,
-                               help="name:seed,... (default: the full queue)")
+            s.add_argument("--queue", default=None, help="name:seed,... (default: the full queue)")
         if name == "run":
             s.add_argument("--commit", action="store_true",
                            help="git-commit each finished item's files at once")
-        if cmd.add_arguments:
-            cmd.add_arguments(s, name)
     return p
 
 
 def context(cmd: Command, args, commit_repo: Optional[str] = None) -> queue.Context:
     return queue.Context(args.data, args.work, args.results, args.budget, args.set,
-                         commit_repo=commit_repo, extra=cmd.extra(args))
+                         commit_repo=commit_repo)
 
 
-def print_plan(cmd: Command, args, items: Sequence[queue.Item],
-               detail: Callable[[queue.Item], str] = lambda item: "") -> List[str]:
-    """Each item's state (and ``detail``); -> the states."""
+def print_plan(cmd: Command, args, items: Sequence[queue.Item]) -> None:
+    """Each item's state."""
     ctx = context(cmd, args)
     states = [queue.state(item, ctx) for item in items]
     print(f"{sum(s == 'done' for s in states)}/{len(items)} finished:")
     for item, state in zip(items, states):
-        print(f"  {item.id}: {state}{detail(item)}")
-    return states
+        print(f"  {item.id}: {state}")
 
 
 def main(cmd: Command, argv=None) -> int:
