@@ -1,28 +1,16 @@
-"""Tables and plots of the budget curves, rebuilt from the committed files only.
-
-Reads ``RESULTS/milestones/*.json`` and ``RESULTS/runs/*.json``
-(:mod:`fairseq_shared.experiments.budget_curve`), the hypotheses in ``RESULTS/hyps/`` and the
-corpus audit copied to ``RESULTS/corpus/``, and the 16,000-update runs of ``RESULTS/long/``
-(:mod:`~fairseq_shared.experiments.budget_long`); writes ``RESULTS/tables.md`` (test BLEU,
-chrF and valid loss at every milestone and of the final averaged model, the lookup row, the
-signatures, the differences to vanilla 3+3 and to the unshared pair counting seeds and the
-single-model bootstrap, the crossover and averaging's gain:
-:mod:`~fairseq_shared.experiments.budget_findings`) and ``RESULTS/budget_curves.png`` (test
-BLEU against updates and against training CPU-hours, valid loss against updates; one line per
-configuration, the band spanning the seeds), and ``RESULTS/summary.md``
-(:mod:`fairseq_shared.experiments.budget_summary`: the README's table, joined with the frontier
-of the same final models in ``RESULTS/frontier/``, whose table, pick and plots it renders again).
-
-A suite without milestones (budget ``evidence``, ``results/bible_clean``: every configuration
-at 2,000 updates) gets the papers' tables instead (:func:`render_equal_updates`): one row per
-configuration against its table's baseline, ``RESULTS/summary.csv`` and
-``RESULTS/learning_curves.png``.
+"""Tables and plots of the budget curves, rebuilt from the committed files only: the
+milestones, runs, hypotheses and corpus snapshot of :mod:`~fairseq_shared.experiments.budget_curve`
+and the 16,000-update runs of ``RESULTS/long/`` (:mod:`~fairseq_shared.experiments.budget_long`)
+make ``RESULTS/tables.md``, ``RESULTS/budget_curves.png`` and ``RESULTS/summary.md``
+(:mod:`~fairseq_shared.experiments.budget_summary`), and the frontier of the same final models
+(``RESULTS/frontier/``) is rendered again; what each holds: docs/results.md. A suite without
+milestones (budget ``evidence``, ``results/bible_clean``) gets the papers' equal-updates tables
+instead (:func:`render_equal_updates`).
 
 The runs' own CPU totals come from several machines and loads, so training cost is compared
 with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
 update, measured on one machine in one run (``python -m fairseq_shared.cli.budget rates``,
-formerly ``scripts/thread_rate.py``). The CPU-hours axis is
-then updates times that rate.
+formerly ``scripts/thread_rate.py``). The CPU-hours axis is then updates times that rate.
 """
 
 import csv
@@ -69,11 +57,8 @@ def load(results: str):
     for path in sorted((Path(results) / "milestones").glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
         stages[r["name"]][r["seed"]][r["update"]] = r
-    finals = defaultdict(dict)
-    for path in sorted((Path(results) / "runs").glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
-        finals[r["name"]][r["seed"]] = r
-    return stages, finals
+    finals = {n: {r["seed"]: r for r in rs} for n, rs in load_runs(results).items()}
+    return stages, defaultdict(dict, finals)
 
 
 def _cell(values: List[float], spec: str = ".2f") -> str:
