@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from fairseq_shared.experiments.corpus import corpus_paths
-from fairseq_shared.experiments.queue import item_id, write_result
+from fairseq_shared.experiments.queue import item_id, read_json, write_result
 
 def decode_args(budget: Dict) -> List[str]:
     args = ["--beam", str(budget["beam"]), "--lenpen", str(budget["lenpen"]),
@@ -35,13 +35,10 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
         sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     ddir = os.path.join(out, "decode")
-    done = os.path.join(ddir, "done.json")
-    if os.path.exists(done):
-        with open(done) as f:
-            if json.load(f).get("key") == key:
-                progress(f"[decode] up to date ({ddir}); skipped")
-                with open(os.path.join(ddir, "results.json")) as g:
-                    return json.load(g)
+    done = Path(ddir) / "done.json"
+    if (read_json(done) or {}).get("key") == key:
+        progress(f"[decode] up to date ({ddir}); skipped")
+        return json.loads((Path(ddir) / "results.json").read_text())
     n = len(ckpts)
     progress(f"[decode] {n} models, {budget['warmup_passes']} warm-up + {budget['repeats']} "
              f"timed passes each, interleaved; subset: {budget['subset'] or 'all'}")
@@ -52,7 +49,7 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
         subset=budget["subset"], threads=budget["decode_threads"], progress=progress,
     )
     timing.write_report(report, ddir)
-    write_result(Path(done), {"key": key})
+    write_result(done, {"key": key})
     return report.to_json()
 
 

@@ -296,7 +296,6 @@ def plots(rows: List[Dict], out: str) -> List[str]:
     models = sorted({r["model"] for r in rows})
     colors = {m: f"C{i % 10}" for i, m in enumerate(models)}
     sizes = sorted({bs for r in rows for bs in r["batch"]}, key=int)
-    paths = []
     fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 4.5), squeeze=False)
     for ax, bs in zip(axes[0], sizes):
         for r in rows:
@@ -311,10 +310,7 @@ def plots(rows: List[Dict], out: str) -> List[str]:
         ax.set_ylabel("BLEU")
         ax.grid(alpha=0.3)
     _legend(axes[0][-1], models, colors, markers)
-    fig.tight_layout()
-    paths.append(os.path.join(out, "frontier_bleu_vs_speed.png"))
-    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    speed = _save(fig, os.path.join(out, "frontier_bleu_vs_speed.png"))
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for r in rows:
         if r.get("disk_bytes"):
@@ -324,11 +320,16 @@ def plots(rows: List[Dict], out: str) -> List[str]:
     ax.set_ylabel("BLEU")
     ax.grid(alpha=0.3)
     _legend(ax, models, colors, markers)
+    return [speed, _save(fig, os.path.join(out, "frontier_bleu_vs_mb.png"))]
+
+
+def _save(fig, path: str) -> str:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    paths.append(os.path.join(out, "frontier_bleu_vs_mb.png"))
-    fig.savefig(paths[-1], dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return paths
+    return path
 
 
 def _legend(ax, models, colors, markers):
