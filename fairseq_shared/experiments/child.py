@@ -3,14 +3,13 @@ kernel start time), so that whoever takes the run over after its worker died can
 that outlived it (where ``PR_SET_PDEATHSIG`` is not available or has not fired yet) before
 training into the same directory."""
 
-import json
 import os
 import signal
 import time
 from pathlib import Path
 from typing import List, Optional
 
-from fairseq_shared.experiments.queue import write_result
+from fairseq_shared.experiments.queue import read_json, write_result
 
 PID_FILE = "train.pid"
 
@@ -40,23 +39,17 @@ def record(run_dir: str, pid: int) -> None:
 
 
 def forget(run_dir: str, pid: int) -> None:
-    path = os.path.join(run_dir, PID_FILE)
-    try:
-        with open(path) as f:
-            if json.load(f).get("pid") == pid:
-                os.unlink(path)
-    except (OSError, ValueError):
-        pass
+    path = Path(run_dir) / PID_FILE
+    if (read_json(path) or {}).get("pid") == pid:
+        path.unlink(missing_ok=True)
 
 
 def kill_orphan(run_dir: str, timeout: float = 30.0) -> Optional[int]:
     """Kill the recorded child of ``run_dir`` if it still runs (the same process: same pid and
     start time) and wait until it is gone; returns its pid, or None if there was none."""
-    path = os.path.join(run_dir, PID_FILE)
-    try:
-        with open(path) as f:
-            rec = json.load(f)
-    except (OSError, ValueError):
+    path = Path(run_dir) / PID_FILE
+    rec = read_json(path)
+    if rec is None:
         return None
     pid = int(rec.get("pid") or 0)
     alive = pid > 0 and start_time(pid) is not None and start_time(pid) == rec.get("start")
@@ -68,5 +61,5 @@ def kill_orphan(run_dir: str, timeout: float = 30.0) -> Optional[int]:
         deadline = time.time() + timeout
         while start_time(pid) == rec.get("start") and time.time() < deadline:
             time.sleep(0.05)
-    os.unlink(path)
+    path.unlink()
     return pid if alive else None

@@ -16,35 +16,33 @@ from typing import Dict
 from fairseq_shared.fairseq_commands import fairseq_command
 
 
-def parse_validate_output(text: str, subset: str = "valid") -> Dict[str, float]:
-    """The last ``{"<subset>_loss": ...}`` JSON record of a ``--log-format json`` run."""
-    key = f"{subset}_loss"
+def parse_validate_output(text: str) -> Dict[str, float]:
+    """loss and nll_loss of the last ``{"valid_loss": ...}`` JSON record of a ``--log-format
+    json`` run."""
     for line in reversed(text.splitlines()):
         start = line.find("{")
-        if start < 0 or key not in line:
+        if start < 0 or "valid_loss" not in line:
             continue
         try:
             record = json.loads(line[start:])
         except json.JSONDecodeError:
             continue
-        return {k[len(subset) + 1:]: float(v) for k, v in record.items()
-                if k.startswith(subset + "_") and k[len(subset) + 1:] in ("loss", "nll_loss")}
-    raise RuntimeError(f"fairseq-validate printed no {key} record:\n{text[-2000:]}")
+        return {k: float(record[f"valid_{k}"]) for k in ("loss", "nll_loss")
+                if f"valid_{k}" in record}
+    raise RuntimeError(f"fairseq-validate printed no valid_loss record:\n{text[-2000:]}")
 
 
-def valid_loss(checkpoint: str, bin_dir: str, max_tokens: int = 2048, threads: int = 1,
-               subset: str = "valid", cpu: bool = True) -> Dict[str, float]:
-    """{"loss": bits, "nll_loss": bits} of ``checkpoint`` on ``bin_dir``'s ``subset``."""
+def valid_loss(checkpoint: str, bin_dir: str, threads: int = 1) -> Dict[str, float]:
+    """{"loss": bits, "nll_loss": bits} of ``checkpoint`` on ``bin_dir``'s valid split."""
     from fairseq_shared import checkpoint_io
 
     task = checkpoint_io.load_raw(checkpoint)["cfg"]["task"]["_name"]  # the parser needs it
     cmd = fairseq_command("validate", bin_dir, "--path", checkpoint, "--task", task,
-                          "--valid-subset", subset,
-                          "--max-tokens", str(max_tokens), "--log-format", "json",
-                          *(["--cpu"] if cpu else []))
+                          "--valid-subset", "valid", "--max-tokens", "2048", "--log-format",
+                          "json", "--cpu")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"fairseq-validate {checkpoint} failed ({proc.returncode}):\n"
                            f"{(proc.stdout + proc.stderr)[-2000:]}")
-    return parse_validate_output(proc.stdout + proc.stderr, subset)
+    return parse_validate_output(proc.stdout + proc.stderr)
