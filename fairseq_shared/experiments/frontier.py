@@ -237,26 +237,22 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
             for engine in ("fairseq", "torchscript"):
                 record["engines"][engine].update(disk_bytes=size,
                                                  disk_file="torch.save(state_dict)")
-            for engine, sub in (("ct2_float32", "ct2"), ("ct2_int8", "ct2_int8")):
-                if export_info["exportable"] and engine in settings["engines"]:
-                    bin_path = os.path.join(export_info["dir"], sub, "model.bin")
-                    record["engines"][engine].update(disk_bytes=os.path.getsize(bin_path),
-                                                     disk_file="model.bin")
-            if hf_info and hf_info["exportable"]:
-                weights = os.path.join(hf_info["dir"], "hf", "model.safetensors")
-                record["engines"]["hf"].update(disk_bytes=os.path.getsize(weights),
-                                               disk_file="model.safetensors")
+            for engine, info, sub, file in (("ct2_float32", export_info, "ct2", "model.bin"),
+                                            ("ct2_int8", export_info, "ct2_int8", "model.bin"),
+                                            ("hf", hf_info, "hf", "model.safetensors")):
+                if engine in settings["engines"] and info["exportable"]:
+                    size = os.path.getsize(os.path.join(info["dir"], sub, file))
+                    record["engines"][engine].update(disk_bytes=size, disk_file=file)
     return record
 
 
+#: the flags a record is measured with: a record with other settings is measured again
+SETTINGS = ("beam", "lenpen", "max_len_a", "max_len_b", "batch_sizes", "threads", "warmup",
+            "repeats", "warmup_batches", "sentences", "subset", "engines", "verify_sentences")
+
+
 def settings_for(args) -> Dict:
-    return {"beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
-            "max_len_b": args.max_len_b, "batch_sizes": list(args.batch_sizes),
-            "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
-            "warmup_batches": args.warmup_batches,
-            "sentences": args.sentences, "subset": args.gen_subset,
-            "engines": list(args.engines),
-            "verify_sentences": args.verify_sentences}
+    return {k: getattr(args, k) for k in SETTINGS}
 
 
 def record_path(out: str, name: str) -> str:

@@ -59,7 +59,7 @@ def build_parser():
                    help="a warm-up pass decodes only the N longest batches (default: all)")
     p.add_argument("--repeats", type=positive_int, default=2, help="timed passes per engine")
     p.add_argument("--sentences", type=int, default=0, help="evenly spaced sentences; 0: all")
-    p.add_argument("--gen-subset", default="test")
+    p.add_argument("--gen-subset", dest="subset", default="test")
     p.add_argument("--verify-sentences", type=int, default=100,
                    help="sentences the export's own verification decodes (0: skip)")
     p.add_argument("--commit", action="store_true",
@@ -77,8 +77,10 @@ def main(argv=None) -> int:
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper())
     args = build_parser().parse_args(argv)
     from fairseq_shared.experiments import frontier, frontier_report
+    from fairseq_shared.experiments.queue import commit, results_repository
     from fairseq_shared.timing.machine import boot_key, describe
 
+    repo = results_repository(args.out) if args.commit and not args.render_only else None
     if not args.render_only:
         if not args.data:
             print("ERROR: --data is required (a prepared corpus root)", file=sys.stderr)
@@ -92,11 +94,6 @@ def main(argv=None) -> int:
             print(f"ERROR: --warmup-batches {args.warmup_batches}: allowed an integer >= 1 "
                   "(or leave it out: warm up on every batch)", file=sys.stderr)
             return 2
-        repo = None
-        if args.commit:
-            from fairseq_shared.experiments.queue import results_repository
-
-            repo = results_repository(args.out)
         settings = frontier.settings_for(args)
         here = boot_key(describe())
         for name, path in checkpoints.items():
@@ -116,17 +113,12 @@ def main(argv=None) -> int:
             paths = frontier.write_record(args.out, record)
             print(f"[frontier] {name}: wrote {paths[0]}", file=sys.stderr)
             if repo:
-                from fairseq_shared.experiments.queue import commit
-
                 ok = commit(paths, f"frontier: {name} measured", repo)
                 print(f"[frontier] {'committed' if ok else 'could not commit'} {name}",
                       file=sys.stderr)
     paths = frontier_report.render(args.out, args.anchor)
-    if args.commit and not args.render_only:
-        from fairseq_shared.experiments.queue import commit, results_repository
-
-        commit(list(paths.values()), "frontier: table, plots and pick rendered",
-               results_repository(args.out))
+    if repo:
+        commit(list(paths.values()), "frontier: table, plots and pick rendered", repo)
     with open(paths["md"], encoding="utf-8") as f:
         print(f.read())
     return 0
