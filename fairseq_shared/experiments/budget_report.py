@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_shared.data.pipeline import read_lines
 from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.budget_curve import NAMES
 from fairseq_shared.experiments.budget_findings import (BASELINE, averaging_lines, best_lines,
@@ -33,7 +34,7 @@ from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update
                                                    fmt_paired, fmt_seeds, load_runs, lookup_lines,
                                                    markdown_row, markdown_table, paired_by_seed,
                                                    pending_line, plot_curves, pooled_sd,
-                                                   read_lines, save_panels, score_cells)
+                                                   save_panels, score_cells)
 
 RATE_FILE = "train_rate.json"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from fairseq_shared.data.pipeline import read_lines
+
 LEVEL = 0.95
 BOOTSTRAP_SAMPLES = 1000
 
@@ -253,11 +255,6 @@ def load_runs(results: str) -> Dict[str, List[Dict]]:
         r = json.loads(path.read_text(encoding="utf-8"))
         runs[r["name"]].append(r)
     return {k: sorted(v, key=lambda r: r["seed"]) for k, v in runs.items()}
-
-
-def read_lines(path) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def cost_per_update(run: Dict) -> float:
