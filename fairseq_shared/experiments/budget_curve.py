@@ -2,27 +2,19 @@
 (:mod:`fairseq_shared.experiments.milestones`); a declaration on the run queue
 (:mod:`fairseq_shared.experiments.queue`).
 
-Each item of :data:`QUEUE` is one configuration of :data:`configs.CONFIGS` with one seed under
-the ``budget_curve`` budget: the evidence recipe trained to each of ``milestones`` (1,000,
-2,000, 4,000 and 8,000 updates) or to its early stop (``patience`` validations). At each
-milestone the test set is decoded from that update's checkpoint with the evidence decoding
-settings, and written (and with ``--commit`` committed) at once:
-
-* ``RESULTS/milestones/<name>_s<seed>_u<k>.json``: BLEU and chrF with signatures, valid loss,
-  training seconds and CPU seconds up to ``k``, the curve so far;
-* ``RESULTS/hyps/<name>_s<seed>_u<k>.<tgt>``: the hypotheses.
-
-The final stage averages the last ``average_last`` interval checkpoints and decodes them:
-``RESULTS/runs/<name>_s<seed>.json`` (the run's shared record, its milestones and the averaged
-model's test scores) and ``RESULTS/hyps/<name>_s<seed>_avg.<tgt>``. A stopped worker loses at
-most the updates since the last checkpoint; never a finished milestone.
+Each item of :data:`QUEUE` is one configuration with one seed under the ``budget_curve``
+budget: the evidence recipe trained to each of ``milestones`` (1,000 to 8,000 updates) or to
+its early stop. At each milestone the test set is decoded from that update's checkpoint, and
+its record (:func:`milestone_path`) and hypotheses are written (with ``--commit`` committed) at
+once: a stopped worker loses at most the updates since the last checkpoint, never a finished
+milestone. The final stage averages the last ``average_last`` interval checkpoints and decodes
+them (``RESULTS/runs/<name>_s<seed>.json``, ``RESULTS/hyps/<name>_s<seed>_avg.<tgt>``).
 :mod:`fairseq_shared.experiments.budget_report` renders tables and plots from these files.
 
 A budget without ``milestones`` (``evidence``: the papers' comparisons at 2,000 updates,
 ``results/bible_clean``) trains each item in one go and decodes its last checkpoint once
-(:func:`~fairseq_shared.experiments.run_record.run_item`): ``RESULTS/runs/<name>_s<seed>.json``
-and ``RESULTS/hyps/<name>_s<seed>.<tgt>``; any configuration of :data:`configs.CONFIGS` may be
-queued under it.
+(:func:`~fairseq_shared.experiments.run_record.run_item`); any configuration of
+:data:`configs.CONFIGS` may be queued under it.
 """
 
 import os

@@ -1,16 +1,9 @@
 """The one training-rate meter: seconds per update of a configuration trained from scratch, in
-its steady state, alone or beside busy processes, under an OpenMP wait policy.
+its steady state (after fairseq's first logged interval: start-up, the first batches), alone or
+beside busy processes (the load benchmark's ``--beside``), under an OpenMP wait policy.
 
     python -m fairseq_shared.cli.budget rates --data work/bible \\
         --out results/bible_budget/train_rate.json --configs vanilla,cycle_rev_2L --threads 2
-
-:func:`measure_run` trains a run (as the budget worker does, :func:`training.train`) and reads
-the steady state after fairseq's first logged interval (start-up, the first batches):
-wall seconds per update (median of the logged intervals) and CPU seconds per update of the
-fairseq-train process tree (``cpu.jsonl``, as every budget run records it). The budget rates
-(:func:`measure`) come from it.
-:func:`beside` starts busy single-threaded processes for the load benchmark
-(``--beside``), at the caller's nice value, and stops them.
 """
 
 import contextlib
