@@ -142,8 +142,7 @@ def test_sampling_variance(a: Sequence[Sequence[Sequence[int]]],
     return statistics.variance(deltas)
 
 
-def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str],
-                     n_samples: int = BOOTSTRAP_SAMPLES) -> Dict[str, float]:
+def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str]) -> Dict[str, float]:
     """sacreBLEU's paired bootstrap of two single models (one seed each: test sampling
     only): p-values of ``hyps`` against ``base_hyps``."""
     from sacrebleu.metrics import BLEU, CHRF
@@ -151,7 +150,7 @@ def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str],
 
     test = PairedTest([("base", base_hyps), ("system", hyps)],
                       {"BLEU": BLEU(references=[refs]), "chrF": CHRF(references=[refs])},
-                      references=None, test_type="bs", n_samples=n_samples)
+                      references=None, test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
     _, res = test()
     return {"bleu_p": float(res["BLEU"][1].p_value), "chrf_p": float(res["chrF2"][1].p_value)}
 
@@ -274,8 +273,7 @@ def lookup_lines(lookup: Optional[Dict], columns: int, bleu_at: int) -> List[str
 
 # ------------------------------------------------------------------ curve figures
 def plot_curves(runs: Dict[str, List[Dict]], path: Path, metric: str, ylabel: str, title: str,
-                order: Sequence[str] = (), wall: str = "training minutes",
-                hline: Optional[Tuple[float, str]] = None, log: bool = False) -> Optional[str]:
+                wall: str = "training minutes") -> Optional[str]:
     """Each run's valid ``metric`` against updates and against training minutes (CPU where
     every run recorded them: other jobs do not inflate them), seed 1 solid, others dashed."""
     from fairseq_shared.plotting import pyplot
@@ -287,33 +285,28 @@ def plot_curves(runs: Dict[str, List[Dict]], path: Path, metric: str, ylabel: st
     cpu = all("train_cpu_seconds" in p for rs in runs.values() for r in rs for p in r["curve"])
     seconds = "train_cpu_seconds" if cpu else "train_seconds"
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, name in enumerate([n for n in order if n in runs] or sorted(runs)):
+    for i, name in enumerate(sorted(runs)):
         for r in runs[name]:
             c = r["curve"]
             style = dict(color=colors[i % len(colors)], linestyle="-" if r["seed"] == 1 else "--",
                          label=f"{name} s{r['seed']}")
             axes[0].plot([p["update"] for p in c], [p[metric] for p in c], **style)
             axes[1].plot([p[seconds] / 60 for p in c], [p[metric] for p in c], **style)
-    for ax in axes if hline else ():
-        ax.axhline(hline[0], color="gray", linestyle=":", label=hline[1])
     axes[0].set_xlabel("updates")
     axes[1].set_xlabel("training CPU minutes (1 thread)" if cpu else wall)
     axes[0].set_ylabel(ylabel)
-    if log:
-        axes[0].set_yscale("log")
-    return save_panels(fig, axes, title, path, which="both" if log else "major")
+    return save_panels(fig, axes, title, path)
 
 
-def save_panels(fig, axes, title: str, path, ncol: int = 2, which: str = "major",
-                legend: bool = True) -> str:
+def save_panels(fig, axes, title: str, path, legend: bool = True) -> str:
     """Legend in the last panel (``legend=False``: the figure has its own), grids, the title;
     write ``path`` (110 dpi) and close."""
     import matplotlib.pyplot as plt
 
     if legend:
-        axes[-1].legend(fontsize=7, ncol=ncol)
+        axes[-1].legend(fontsize=7, ncol=2)
     for ax in axes:
-        ax.grid(alpha=0.3, which=which)
+        ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
