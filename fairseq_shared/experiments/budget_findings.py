@@ -104,15 +104,12 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
     configuration's final models against vanilla 3+3's (and against its own unshared pair's,
     :func:`pair_of`), BLEU counting seeds and test sampling, valid loss counting seeds; seed
     variances pooled over every configuration (:mod:`~fairseq_shared.experiments.statistics`)."""
-    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
-    pooled_bleu = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
-    losses = {n: valid_losses(rs) for n, rs in runs.items()}
-    pooled_valid = pooled_sd([v for v in losses.values() if v])
+    runs, losses, pooled = _pooled(finals)
 
     def versus(a: str, b: str) -> Dict:
-        out = {"bleu": compare_bleu(runs[a], runs[b], pooled_bleu, results, refs)}
-        if losses[a] and losses[b]:
-            out["valid_loss"] = compare(losses[a], losses[b], pooled_valid)
+        out = {"bleu": compare_bleu(runs[a], runs[b], pooled["bleu"], results, refs)}
+        if a in losses and b in losses:
+            out["valid_loss"] = compare(losses[a], losses[b], pooled["valid_loss"])
         return out
 
     out = {}
@@ -124,25 +121,32 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
         if pair in runs:
             label, layers = describe(pair, runs[pair])
             out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
-    return out, {"bleu": pooled_bleu, "valid_loss": pooled_valid}
+    return out, pooled
+
+
+def _pooled(finals):
+    """(each configuration's runs in seed order, its measured valid losses (where it has any),
+    the seed sds of BLEU and of valid loss pooled over every configuration)."""
+    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
+    losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
+    return runs, losses, {"bleu": pooled_sd([[r["test"]["bleu"] for r in rs]
+                                             for rs in runs.values()]),
+                          "valid_loss": pooled_sd(list(losses.values()))}
 
 
 def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
     """{"bleu"/"valid_loss": {"best": the configuration with the best mean, "set": every
     configuration not resolved worse than it}}: "best" as a set, not the maximum of noisy
     means (the same statistics as :func:`comparisons`)."""
-    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
-    pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
+    runs, losses, pooled = _pooled(finals)
     bleu = {n: statistics.mean(r["test"]["bleu"] for r in rs) for n, rs in runs.items()}
     top = max(bleu, key=bleu.get)
     out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
-        compare_bleu(runs[top], runs[n], pooled, results, refs).hi or 0) < 0]}}
-    losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
+        compare_bleu(runs[top], runs[n], pooled["bleu"], results, refs).hi or 0) < 0]}}
     if losses:
-        pooled_valid = pooled_sd(list(losses.values()))
         low = min(losses, key=lambda n: statistics.mean(losses[n]))
         out["valid_loss"] = {"best": low, "set": [n for n in losses if n == low or not (
-            compare(losses[low], losses[n], pooled_valid).lo or 0) > 0]}
+            compare(losses[low], losses[n], pooled["valid_loss"]).lo or 0) > 0]}
     return out
 
 
