@@ -209,23 +209,15 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
             continue
         bleu = [[by_seed[s][k]["test"]["bleu"] for s in by_seed] for k in updates]
         hours = cpu_hours(name, by_seed, updates, cpu_per_update)
-        mean = [statistics.mean(b) for b in bleu]
         color = colors[i % len(colors)]
         seeds = f"{len(by_seed)} seed" + ("s" if len(by_seed) > 1 else "")
         label = f"{name} {describe(name, [])[1]} ({seeds})"
         for ax, xs in ((axes[0], updates), (axes[1], hours)):
-            if xs is None:
-                continue
-            ax.plot(xs, mean, marker="o", color=color, label=label)
-            if len(by_seed) > 1:
-                ax.fill_between(xs, [min(b) for b in bleu], [max(b) for b in bleu],
-                                color=color, alpha=0.2)
+            if xs is not None:
+                _band(ax, xs, bleu, color, marker="o", label=label)
         xs, losses = valid_curve(by_seed)
         if xs:
-            axes[2].plot(xs, [statistics.mean(v) for v in losses], color=color, linewidth=1.2)
-            if len(by_seed) > 1:
-                axes[2].fill_between(xs, [min(v) for v in losses], [max(v) for v in losses],
-                                     color=color, alpha=0.2)
+            _band(axes[2], xs, losses, color, linewidth=1.2)
     if lookup_bleu is not None:
         for ax in axes[:2]:
             ax.axhline(lookup_bleu, color="grey", linestyle="--", linewidth=1,
@@ -241,6 +233,15 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
                bbox_to_anchor=(0.0, -0.02), ncol=4)
     return save_panels(fig, axes, "Budget curves on the clean Bible split (band: min-max over "
                        "seeds)", out / "budget_curves.png", legend=False)
+
+
+def _band(ax, xs, values: List[List[float]], color, **line) -> None:
+    """The mean over seeds of each point's ``values``, and their min-max band (two seeds or
+    more)."""
+    ax.plot(xs, [statistics.mean(v) for v in values], color=color, **line)
+    if len(values[0]) > 1:
+        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], color=color,
+                        alpha=0.2)
 
 
 def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
