@@ -17,13 +17,9 @@ from fairseq's ``checkpoint_last.pt``):
 5. table    parameters, BLEU, chrF, decoding tokens/s (+ what was decoded), also written to
             ``<work>/main_job/main_job.md``.
 
-Budgets come from flags or environment variables (flag wins): ``FS_BUDGET`` (preset, default
-``demo``), ``FS_DIM`` (model width, 128), ``FS_LAYERS`` (L, 3), ``FS_UPDATES`` (1000),
-``FS_MINUTES`` (cap per model in minutes, 16), ``FS_THREADS`` (training threads, 2),
-``FS_DECODE_THREADS`` (1), ``FS_MAX_TOKENS`` (2048),
-``FS_DECODE_SENTENCES`` (test verses decoded, evenly spaced; 200; 0 = all), ``FS_REPEATS``
-(timed passes, 2), ``FS_WORK`` (work directory, ``work``). The defaults aim at about 30
-minutes on 2 CPU cores.
+Budgets come from flags or environment variables (flag wins; each flag below names its
+variable, ``FS_BUDGET`` the preset and ``FS_WORK`` the work directory; defaults and meanings:
+docs/main_job.md). The defaults aim at about 30 minutes on 2 CPU cores.
 """
 
 import argparse
