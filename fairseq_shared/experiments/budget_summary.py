@@ -1,9 +1,6 @@
-"""The table the README leads with: one row per budget configuration, joining what the budget
-measured of its final models (BLEU and valid loss over seeds, their differences to vanilla 3+3
-counting seeds (:mod:`~fairseq_shared.experiments.statistics`), the training CPU per update of
-one run on one machine) with what the frontier measured of the same
-final models (size on disk, every engine's decoding speed over vanilla's). Written as
-``summary.md`` by ``python -m fairseq_shared.cli.budget render``, from committed files only."""
+"""The table the README leads with (``summary.md``): one row per budget configuration, joining
+what the budget measured of its final models with what the frontier measured of the same final
+models."""
 
 from typing import Dict, List, Optional
 

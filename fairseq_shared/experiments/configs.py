@@ -193,12 +193,6 @@ def load_budget(name_or_path: str, overrides: Optional[List[str]] = None) -> Dic
     else:
         raise SystemExit(f"--budget: '{name_or_path}' is neither one of {list(BUDGETS)} "
                          "nor a JSON file")
-    return with_overrides(budget, overrides, f"--budget {name_or_path}")
-
-
-def with_overrides(budget: Dict, overrides: Optional[List[str]], source: str) -> Dict:
-    """``budget`` with its ``--set KEY=VALUE`` overrides applied, every value checked
-    (:func:`check_budget`); ``source`` names the budget in an error."""
     origin, known = {}, sorted({*budget, *OPTIONAL_BUDGET_KEYS})
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -206,7 +200,7 @@ def with_overrides(budget: Dict, overrides: Optional[List[str]], source: str) ->
             raise SystemExit(f"--set {item}: expected KEY=VALUE with KEY one of {known}")
         budget[key] = _parse_value(value)
         origin[key] = f"--set {item}"
-    return check_budget(budget, origin, source)
+    return check_budget(budget, origin, f"--budget {name_or_path}")
 
 
 def _count(v, least=1):
