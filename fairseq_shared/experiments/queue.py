@@ -8,7 +8,8 @@ is neither finished (``RESULTS/runs/<item>.json`` exists) nor held by another wo
 writes its result file at once and, with a repository, commits exactly its files. Start one
 worker per core; they share the queue through ``WORK/claims``.
 
-Reliability, for workers that can be killed at any moment:
+Reliability, for workers that can be killed at any moment (each case with its test:
+docs/reliability.md):
 
 * a claim is a POSIX record lock (``fcntl.lockf``) on ``WORK/claims/<item>``, held for the
   whole run: the kernel releases it when its holder dies, however it dies, so there is no
@@ -22,15 +23,10 @@ Reliability, for workers that can be killed at any moment:
 * the fairseq-train child dies with its worker and writes its own log into the run directory
   (:mod:`~fairseq_shared.experiments.training`, :mod:`~fairseq_shared.experiments.child`),
   so a restarted worker records what the child did, from that log and the checkpoint;
-* a worker comes back to items it skipped while another worker held them, until nothing is
-  left or everything left is held by a live worker (or waits for such an item);
-* a failed item gets ``WORK/failed/<item>.json`` (its error; not a result) and the worker goes
-  on with the next; a later worker tries it again;
+* a failed item gets ``WORK/failed/<item>.json`` (its error; not a result); a later worker
+  tries it again;
 * a result written but not committed (a worker killed in between) is committed by the next
   worker with a repository.
-
-A suite's ``run`` hook trains and records its run with
-:mod:`~fairseq_shared.experiments.run_record`.
 """
 
 import contextlib
@@ -51,7 +47,6 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 CLAIM_DELAY_ENV = "FAIRSEQ_SHARED_CLAIM_DELAY"
 
 
-# ---------------------------------------------------------------------------- items
 @dataclass(frozen=True)
 class Item:
     """One unit of a suite: a configuration ``name`` trained with ``seed``; ``needs`` are
@@ -91,7 +86,6 @@ def parse_queue(text: Optional[str], default: Sequence[Tuple[str, int]],
     return items
 
 
-# ---------------------------------------------------------------------------- files
 def result_path(results: str, name: str, seed: int) -> Path:
     return Path(results) / "runs" / f"{item_id(name, seed)}.json"
 
@@ -117,7 +111,6 @@ def read_json(path: Path) -> Optional[Dict]:
         return None
 
 
-# ---------------------------------------------------------------------------- claims
 def _injected_delay(value: Optional[str]) -> None:
     """For race tests: sleep SECONDS, or until the file after ``until:`` exists."""
     if not value:
@@ -177,7 +170,6 @@ def held_elsewhere(work: str, ident: str) -> bool:
         os.close(fd)
 
 
-# ---------------------------------------------------------------------------- commits
 def commit(paths: Sequence[Path], message: str, repo: str, tries: int = 10) -> bool:
     """``git commit`` exactly these paths (other work in the tree is left alone)."""
     rel = [os.path.relpath(os.path.abspath(p), repo) for p in paths]
@@ -210,7 +202,6 @@ def results_repository(results: str) -> str:
     return top.stdout.strip()
 
 
-# ---------------------------------------------------------------------------- suites
 @dataclass
 class Context:
     """Where a worker runs: the corpus, its work and results directories, the budget."""

@@ -31,7 +31,6 @@ class Run:
         # the budget's limit; with budget["equal_updates"], lowered to what vanilla reached
         self.max_update: int = int(budget["max_update"])
 
-    # -- command
     def model_flags(self) -> List[str]:
         b = self.budget
         flags = ["--arch", self.arch]
@@ -91,7 +90,6 @@ class Run:
         return {"max_update": self.max_update,
                 "max_minutes": self.budget.get("max_minutes")}
 
-    # -- state
     @property
     def checkpoint(self) -> str:
         return os.path.join(self.dir, "checkpoint_last.pt")

@@ -155,7 +155,6 @@ def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str]) -> 
     return {"bleu_p": float(res["BLEU"][1].p_value), "chrf_p": float(res["chrF2"][1].p_value)}
 
 
-# ------------------------------------------------------------------------- table cells
 def markdown_row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -201,7 +200,6 @@ def fmt_difference(d: Difference, spec: str = "+.2f") -> str:
     return text if d.resolved else f"not resolved: {text}"
 
 
-# ------------------------------------------------------------------ run records
 _STATS: Dict[Tuple[str, int], List[List[int]]] = {}
 
 
@@ -246,7 +244,6 @@ def fmt_paired(paired: List[Dict]) -> str:
     return "; ".join(f"s{p['seed']}: {p['delta_bleu']:+.2f}, p={p['bleu_p']:.3f}" for p in paired)
 
 
-# ------------------------------------------------------------------ committed files
 def load_runs(results: str) -> Dict[str, List[Dict]]:
     """A suite's committed ``RESULTS/runs/*.json``: {configuration: [records sorted by seed]}."""
     runs = defaultdict(list)
@@ -271,7 +268,6 @@ def lookup_lines(lookup: Optional[Dict], columns: int, bleu_at: int) -> List[str
     return [markdown_row(cells)]
 
 
-# ------------------------------------------------------------------ curve figures
 def plot_curves(runs: Dict[str, List[Dict]], path: Path, metric: str, ylabel: str, title: str,
                 wall: str = "training minutes") -> Optional[str]:
     """Each run's valid ``metric`` against updates and against training minutes (CPU where
