@@ -12,11 +12,12 @@ from typing import Callable, Dict, List, Optional
 from fairseq_shared.experiments.corpus import corpus_paths
 from fairseq_shared.experiments.queue import item_id, read_json, write_result
 
-def decode_args(budget: Dict) -> List[str]:
+def decode_args(budget: Dict, subset: str = "test") -> List[str]:
+    """fairseq-generate's flags for a budget's (or the frontier's) decoding settings."""
     args = ["--beam", str(budget["beam"]), "--lenpen", str(budget["lenpen"]),
             "--batch-size", str(budget["batch_size"]),
             "--max-len-a", str(budget["max_len_a"]), "--max-len-b", str(budget["max_len_b"]),
-            "--gen-subset", "test"]
+            "--gen-subset", subset]
     if budget.get("device", "cpu") == "cpu":
         args += ["--cpu"]
     return args

@@ -46,14 +46,6 @@ def parse_checkpoints(spec: str) -> Dict[str, str]:
     return out
 
 
-def generate_args(settings: Dict, batch_size: int) -> List[str]:
-    # --num-workers 0: batches are built in this process (no loader process per pass)
-    return ["--num-workers", "0", "--beam", str(settings["beam"]), "--lenpen", str(settings["lenpen"]),
-            "--batch-size", str(batch_size), "--max-len-a", str(settings["max_len_a"]),
-            "--max-len-b", str(settings["max_len_b"]), "--gen-subset", settings["subset"],
-            "--cpu"]
-
-
 def weights_bytes(model, path: str) -> int:
     """Bytes of the model's weights saved by ``torch.save`` (tied tensors stored once): what a
     fairseq or TorchScript deployment of this model ships, without optimizer state."""
@@ -92,10 +84,13 @@ def _engines(name, checkpoint, data, settings, export_info, hf_info=None):
 
     One eager and one TorchScript session per model (loading and compiling once); the batch
     size is set on their configuration before each batch size's passes."""
+    from fairseq_shared.experiments.decode import decode_args
     from fairseq_shared.timing import Session
     from fairseq_shared.timing.ct2_engine import CT2Engine, HFEngine
 
-    args = generate_args(settings, settings["batch_sizes"][0])
+    # --num-workers 0: batches are built in this process (no loader process per pass)
+    args = ["--num-workers", "0", *decode_args(
+        {**settings, "batch_size": settings["batch_sizes"][0]}, settings["subset"])]
     subset, threads = settings["sentences"] or None, settings["threads"]
     eager = Session(data, checkpoint, args, subset=subset, threads=threads)
     runners: Dict[str, object] = {"fairseq": eager.load(name, checkpoint)}
