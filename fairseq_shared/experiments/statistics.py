@@ -55,10 +55,6 @@ class SeedSummary:
     lo: Optional[float]
     hi: Optional[float]
 
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
 
 def seed_summary(values: Sequence[float], level: float = LEVEL) -> SeedSummary:
     """Mean, sd and the ``level`` t interval over seeds (no sd or interval from one seed)."""
