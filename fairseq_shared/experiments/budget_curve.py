@@ -46,9 +46,21 @@ NAMES = CORE + REST + ONE_WIDE_FFN
 
 def parse_queue(text: Optional[str], budget: str = "budget_curve") -> List[Tuple[str, int]]:
     """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`. A staged budget takes the
-    configurations of :data:`NAMES`, one without milestones any of :data:`configs.CONFIGS`."""
+    configurations of :data:`NAMES`, one without milestones any of :data:`configs.CONFIGS`;
+    unknown names and missing seeds are refused naming ``--queue``."""
+    if not text:
+        return list(QUEUE)
     staged = "milestones" in BUDGETS.get(budget, {"milestones": "a JSON file's"})
-    return queue.parse_queue(text, QUEUE, NAMES if staged else [c["name"] for c in CONFIGS])
+    known = NAMES if staged else [c["name"] for c in CONFIGS]
+    items = []
+    for part in text.split(","):
+        name, _, seed = part.strip().partition(":")
+        if name not in known:
+            raise SystemExit(f"--queue: unknown configuration '{name}'; known: {', '.join(known)}")
+        if not seed.isdigit():
+            raise SystemExit(f"--queue: '{part}' needs a seed, as in {name}:1")
+        items.append((name, int(seed)))
+    return items
 
 
 def kept_model_path(work: str, name: str, seed: int) -> Path:

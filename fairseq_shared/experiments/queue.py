@@ -39,7 +39,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 #: inside :func:`claim`, between opening and locking, sleep SECONDS or wait ``until:FILE``
@@ -65,25 +65,6 @@ class Item:
 
 def item_id(name: str, seed: int) -> str:
     return f"{name}_s{seed}"
-
-
-def parse_queue(text: Optional[str], default: Sequence[Tuple[str, int]],
-                known: Iterable[str]) -> List[Tuple[str, int]]:
-    """``name:seed,name:seed`` -> items (``None`` -> ``default``); unknown names and missing
-    seeds are refused naming ``--queue``."""
-    if not text:
-        return list(default)
-    known = list(known)
-    items = []
-    for part in text.split(","):
-        name, _, seed = part.strip().partition(":")
-        if name not in known:
-            raise SystemExit(f"--queue: unknown configuration '{name}'; known: "
-                             f"{', '.join(known)}")
-        if not seed.isdigit():
-            raise SystemExit(f"--queue: '{part}' needs a seed, as in {name}:1")
-        items.append((name, int(seed)))
-    return items
 
 
 def result_path(results: str, name: str, seed: int) -> Path:
