@@ -99,11 +99,9 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]]) -> List[
 
 
 def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
-    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}},
-    {"bleu": pooled, "valid_loss": pooled}): each
-    configuration's final models against vanilla 3+3's (and against its own unshared pair's,
-    :func:`pair_of`), BLEU counting seeds and test sampling, valid loss counting seeds; seed
-    variances pooled over every configuration (:mod:`~fairseq_shared.experiments.statistics`)."""
+    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}}, the
+    pooled seed sds): each configuration's final models against vanilla 3+3's and its own
+    unshared pair's (:func:`pair_of`), BLEU counting seeds and test sampling, valid loss seeds."""
     runs, losses, pooled = _pooled(finals)
 
     def versus(a: str, b: str) -> Dict:

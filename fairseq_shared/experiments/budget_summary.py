@@ -41,11 +41,9 @@ def versus_cell(diffs: Dict, key: str, spec: str = "+.2f") -> str:
 def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla") -> List[str]:
-    """``finals``: {configuration: {seed: final record}}; ``versus``: each configuration's
-    :class:`~fairseq_shared.experiments.statistics.Difference` to ``baseline`` under "bleu" and
-    "valid_loss" (:func:`budget_findings.comparisons`); ``cpu_per_update``: {configuration: CPU
-    s/update} or None; ``frontier``: the frontier's records
-    (:func:`frontier_report.load_records`), possibly none yet."""
+    """``finals``: {configuration: {seed: final record}}; ``versus``:
+    :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
+    None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet."""
     cells, sizes, speeds = {}, [None], ["decoding speed"]
     if frontier:
         cells = frontier_report.configuration_cells(

@@ -80,10 +80,8 @@ def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict,
 
 
 def _engines(name, checkpoint, data, settings, export_info, hf_info=None):
-    """``{engine: runner or the reason it is unavailable}`` and the sessions to resize.
-
-    One eager and one TorchScript session per model (loading and compiling once); the batch
-    size is set on their configuration before each batch size's passes."""
+    """The sessions (one eager, one TorchScript: loading and compiling once; the batch size is
+    set on them before each batch size's passes) and ``{engine: runner, or why none}``."""
     from fairseq_shared.experiments.decode import decode_args
     from fairseq_shared.timing import Session
     from fairseq_shared.timing.ct2_engine import CT2Engine, HFEngine

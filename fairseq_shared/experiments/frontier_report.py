@@ -163,9 +163,8 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE,
 def configuration_cells(records: List[Dict], rows: List[Dict],
                         anchor: str = ANCHOR) -> Dict[str, Dict[str, str]]:
     """Per configuration (:func:`by_configuration`, means over seeds), in the records' order, the
-    cells of its row: seeds, parameters, BLEU (eager fairseq), MB in float32 / int8, and under
-    ``"speed"``, per batch size, every engine's CPU speed over the anchor configuration's eager
-    fairseq."""
+    cells of its row; under ``"speed"``, per batch size, each of :data:`SHORT_ENGINES`' CPU speed
+    over the anchor configuration's eager fairseq."""
     sizes = [str(b) for b in records[0]["settings"]["batch_sizes"]]
     configs = by_configuration(rows)
     ratios = speed_ratios(configs, configuration(anchor))

@@ -77,8 +77,7 @@ def failure_path(work: str, ident: str) -> Path:
 
 def write_result(path: Path, result: Dict) -> None:
     """The one writer of the suites' JSON records (results, milestones, failures, measured
-    rates): atomic, a reader sees the old file or
-    the whole new one."""
+    rates): atomic, a reader sees the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")

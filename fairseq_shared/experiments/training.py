@@ -51,13 +51,11 @@ def parse_train_log(path: str) -> Dict:
           [float(r["train_wps"]) for r in epochs if "train_wps" in r]
     ups = [float(r["ups"]) for r in inner[1:] if "ups" in r] or \
           [float(r["train_ups"]) for r in epochs if "train_ups" in r]
-    updates = 0
-    for r in inner + epochs:
-        updates = max(updates, int(float(r.get("num_updates", r.get("train_num_updates", 0)))))
     return {
         "train_wps": statistics.median(wps) if wps else None,
         "train_ups": statistics.median(ups) if ups else None,
-        "updates": updates,
+        "updates": max((int(float(r.get("num_updates", r.get("train_num_updates", 0))))
+                        for r in inner + epochs), default=0),
         "valid_loss": float(valids[-1]["valid_loss"]) if valids else None,
         "valid_nll_loss": float(valids[-1]["valid_nll_loss"]) if valids and
         "valid_nll_loss" in valids[-1] else None,

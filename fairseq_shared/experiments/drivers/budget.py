@@ -28,7 +28,7 @@ from pathlib import Path
 
 from fairseq_shared.experiments import budget_curve, queue
 from fairseq_shared.experiments.corpus import snapshot_corpus
-from fairseq_shared.experiments.queue_cli import Command, main as queue_main
+from fairseq_shared.experiments.queue_cli import Command, main as queue_main, print_plan
 
 DEFAULT_RESULTS = "results/bible_budget"
 
@@ -41,7 +41,6 @@ def render(args) -> str:
 
 def plan(args, items):
     from fairseq_shared.experiments.configs import load_budget
-    from fairseq_shared.experiments.queue_cli import print_plan
 
     budget = load_budget(args.budget, args.set)
     if budget.get("milestones"):
