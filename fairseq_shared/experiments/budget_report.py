@@ -62,10 +62,6 @@ def load(results: str):
     return stages, defaultdict(dict, finals)
 
 
-def _cell(values: List[float], spec: str = ".2f") -> str:
-    return fmt_seeds(values, spec) if values else "-"
-
-
 def metric_table(metric: str, stages, finals, updates: List[int], lookup: Optional[Dict],
                  paired: Dict[str, str], versus: Dict) -> List[str]:
     title = "BLEU" if metric == "bleu" else "chrF"
@@ -94,9 +90,9 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
         label, layers = describe(name, final)
         row = [label, layers, f"{some['params']:,}", str(len(seeds))]
         for k in updates:
-            row.append(_cell([stages[name][s][k]["test"][metric] for s in seeds
+            row.append(fmt_seeds([stages[name][s][k]["test"][metric] for s in seeds
                               if k in stages[name][s]]))
-        row.append(_cell([f["test"][metric] for f in final]))
+        row.append(fmt_seeds([f["test"][metric] for f in final]))
         row.append("/".join(str(f["updates"]) + (" (stop)" if f.get("stopped_at") else "")
                             for f in final) or "-")
         if metric == "bleu":
@@ -120,9 +116,9 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
         label, layers = describe(name, final)
         row = [label, layers, str(len(seeds))]
-        row += [_cell([stages[name][s][k]["valid_loss"] for s in seeds
+        row += [fmt_seeds([stages[name][s][k]["valid_loss"] for s in seeds
                        if k in stages[name].get(s, {})], ".3f") for k in updates]
-        row += [_cell(valid_losses(final), ".3f"),
+        row += [fmt_seeds(valid_losses(final), ".3f"),
                 versus_cell(versus.get(name, {}), "valid_loss", "+.3f")]
         lines.append(markdown_row(row))
     return lines + [""]
@@ -195,10 +191,9 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
     """The second panel's CPU-hours are :func:`cpu_hours`'s."""
     from fairseq_shared.plotting import pyplot
 
-    plt = pyplot()
-
     if not stages:
         return None
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
     axes[1].sharey(axes[0])
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

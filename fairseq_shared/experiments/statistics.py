@@ -165,7 +165,9 @@ def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]] = (),
 
 def fmt_seeds(values: Sequence[float], spec: str = ".2f") -> str:
     """``30.28 ± 0.78 [23.27, 37.29] (29.73, 30.83)``: mean ± sd, the 95% interval over
-    seeds, per seed; ``31.02 (one seed)`` for one."""
+    seeds, per seed; ``31.02 (one seed)`` for one; ``-`` for none."""
+    if not values:
+        return "-"
     s = seed_summary(values)
     if s.sd is None:
         return f"{s.mean:{spec}} (one seed)"
@@ -176,7 +178,7 @@ def fmt_seeds(values: Sequence[float], spec: str = ".2f") -> str:
 def score_cells(runs: Sequence[Dict]) -> List[str]:
     """Valid loss, test BLEU and test chrF of a configuration's runs (:func:`fmt_seeds`)."""
     valid = [r["valid_loss"] for r in runs if r.get("valid_loss") is not None]
-    return [fmt_seeds(valid, ".3f") if valid else "-", fmt_seeds([r["test"]["bleu"] for r in runs]),
+    return [fmt_seeds(valid, ".3f"), fmt_seeds([r["test"]["bleu"] for r in runs]),
             fmt_seeds([r["test"]["chrf"] for r in runs])]
 
 
