@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Dict, List
 
+
 def corpus_paths(data: str):
     """-> (bin_dir, src, tgt, joined). Data is the corpus root (with bin/) or a bin dir."""
     from fairseq_shared.timing import resolve_data
@@ -18,9 +19,8 @@ def corpus_paths(data: str):
     if not pairs:
         raise SystemExit(f"{bin_dir}: no fairseq-preprocess output (train.SRC-TGT.*.bin)")
     src, tgt = pairs[0].split("-")
-    d1 = os.path.join(bin_dir, f"dict.{src}.txt")
-    d2 = os.path.join(bin_dir, f"dict.{tgt}.txt")
-    joined = open(d1, "rb").read() == open(d2, "rb").read() if len(dicts) == 2 else False
+    joined = len(dicts) == 2 and (Path(bin_dir, f"dict.{src}.txt").read_bytes()
+                                  == Path(bin_dir, f"dict.{tgt}.txt").read_bytes())
     return bin_dir, src, tgt, joined
 
 

@@ -40,8 +40,7 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
     if (read_json(done) or {}).get("key") == key:
         progress(f"[decode] up to date ({ddir}); skipped")
         return json.loads((Path(ddir) / "results.json").read_text())
-    n = len(ckpts)
-    progress(f"[decode] {n} models, {budget['warmup_passes']} warm-up + {budget['repeats']} "
+    progress(f"[decode] {len(ckpts)} models, {budget['warmup_passes']} warm-up + {budget['repeats']} "
              f"timed passes each, interleaved; subset: {budget['subset'] or 'all'}")
     baseline = "vanilla" if "vanilla" in ckpts else next(iter(ckpts))
     report = timing.benchmark(

@@ -196,8 +196,7 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
             s.cfg.dataset.batch_size = bs
         passes = {e: [] for e, _ in live}
         first = {}
-        rounds = settings["warmup"] + settings["repeats"]
-        for k in range(rounds):
+        for k in range(settings["warmup"] + settings["repeats"]):
             order = live[k % len(live):] + live[:k % len(live)]
             for engine, runner in order:
                 torch.set_num_threads(settings["threads"])

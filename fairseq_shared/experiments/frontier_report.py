@@ -290,7 +290,6 @@ def plots(rows: List[Dict], out: str) -> List[str]:
     from fairseq_shared.plotting import pyplot
 
     plt = pyplot()
-
     markers = dict(zip(ENGINES, ("o", "s", "^", "v", "D")))
     models = sorted({r["model"] for r in rows})
     colors = {m: f"C{i % 10}" for i, m in enumerate(models)}
