@@ -179,8 +179,8 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 def milestone_summary(record: Dict) -> Dict:
     """A milestone in its run's record: update, valid loss, CPU, BLEU/chrF (and the same of
     its averaged model, where there is one)."""
-    out = {k: record[k] for k in ("update", "valid_loss", "train_cpu_seconds")}
-    out |= {"bleu": record["test"]["bleu"], "chrf": record["test"]["chrf"]}
+    out = {**{k: record[k] for k in ("update", "valid_loss", "train_cpu_seconds")},
+           "bleu": record["test"]["bleu"], "chrf": record["test"]["chrf"]}
     if record.get("average"):
         avg = record["average"]
         out["average"] = {"valid_loss": avg["valid_loss"], "bleu": avg["test"]["bleu"],

@@ -23,11 +23,10 @@ import os
 import sys
 
 from fairseq_shared.cli.arg_types import non_negative_int, positive_int, positive_int_list
+from fairseq_shared.experiments.frontier import ENGINES
 
 
 def _engines(text):
-    from fairseq_shared.experiments.frontier import ENGINES
-
     engines = [e.strip() for e in text.split(",") if e.strip()]
     bad = [e for e in engines if e not in ENGINES]
     if bad or "fairseq" not in engines:
@@ -37,8 +36,6 @@ def _engines(text):
 
 
 def build_parser():
-    from fairseq_shared.experiments.frontier import ENGINES
-
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoints", default="", help="NAME=PATH,NAME=PATH,... (the models)")
