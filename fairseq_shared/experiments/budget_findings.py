@@ -1,8 +1,6 @@
-"""What the budget tables conclude from the final models, with the statistics of
-:mod:`~fairseq_shared.experiments.statistics`: each configuration's differences to vanilla 3+3
-and to its own unshared pair, the best set, the crossover of cycle_rev and vanilla 3+3 at equal
-updates and equal training CPU, and what averaging adds per run. Pure functions of the loaded
-records (:func:`fairseq_shared.experiments.budget_report.load`)."""
+"""What the budget tables conclude from the final models: pure functions of the records
+:func:`fairseq_shared.experiments.budget_report.load` reads, with the statistics of
+:mod:`~fairseq_shared.experiments.statistics`."""
 
 import statistics
 from typing import Dict, List, Optional

@@ -1,7 +1,5 @@
-"""Decoding settings of a budget, the main job's models decoded in one interleaved timing run
-(cached by a key over the checkpoints and the decode settings), the corpus's lookup
-baseline on the same sentences, and a run's test set decoded once and scored
-(:func:`bleu_evaluation`, the ``evaluate`` hook of translation runs)."""
+"""Decoding: the main job's models in one interleaved timing run (cached), the corpus's lookup
+baseline on the same sentences, and a run's test set decoded once and scored."""
 
 import hashlib
 import json

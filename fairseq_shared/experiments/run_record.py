@@ -1,9 +1,6 @@
-"""One trained run and its record: the valid curve from fairseq's log, training (or finishing)
-a run, the updates its last checkpoint holds, and :func:`record_run`, the result keys every
-trained run shares (parameters, updates, training seconds and CPU seconds, the valid curve,
-the exact training command) around a suite's ``evaluate`` hook (test BLEU, or each
-milestone's); :func:`run_item`, one translation run trained, its test set decoded once and
-scored."""
+"""One trained run and its record: :func:`record_run`, the result keys every trained run shares
+around a suite's ``evaluate`` hook, and :func:`run_item`, a run of a budget without milestones
+(trained, its test set decoded once and scored)."""
 
 import os
 from typing import Callable, Dict, List, Sequence

@@ -1,8 +1,7 @@
 """The one home of what the suites' reports share: the statistics (what a table may say about
 configurations trained with several seeds, and what it may say about two single models), the
-loaders of committed run records, the lookup baseline's row and the two-panel curve figures.
+table cells and rows, the loaders of committed run records and the two-panel curve figures.
 
-* :func:`seed_summary`: one configuration's mean, sd and 95% t interval over its seeds.
 * :func:`compare`: the difference of two configurations' means, with a 95% interval that
   counts both sources of noise a reader's rerun would meet:
 
@@ -16,8 +15,6 @@ loaders of committed run records, the lookup baseline's row and the two-panel cu
     for every hypothesis file of both configurations, corpus BLEU from sacreBLEU's sufficient
     statistics) gives the variance of the difference of the two seed means; it is added to
     the seed term.
-
-  An interval that covers 0 is printed "not resolved" (:func:`fmt_difference`).
 * :func:`paired_bootstrap`: sacreBLEU's paired bootstrap between two *single models*. It
   measures test sampling only, for one seed of each, and is labelled so wherever it is shown;
   it is never a configuration's significance.
