@@ -18,8 +18,7 @@ def stat_fields(pid: int) -> Optional[List[str]]:
     """The fields of ``/proc/PID/stat`` after ``pid (comm)`` (None if gone, or no /proc): start
     time here, CPU time in :mod:`~fairseq_shared.experiments.cpu_clock`."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     return text[text.rindex(")") + 2:].split()

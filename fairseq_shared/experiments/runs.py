@@ -5,10 +5,12 @@ seed's run (:func:`plan_run`)."""
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.experiments.configs import depths, resolve_count
 from fairseq_shared.experiments.corpus import corpus_paths, training_bin
+from fairseq_shared.experiments.queue import read_json
 from fairseq_shared.fairseq_commands import fairseq_command, fairseq_tool
 from fairseq_shared.sharing.assignment import DEFAULT_SCOPE, DEFAULT_STRATEGY, M_STRATEGIES
 
@@ -95,12 +97,8 @@ class Run:
         return os.path.join(self.dir, "checkpoint_last.pt")
 
     def done_info(self) -> Optional[Dict]:
-        path = os.path.join(self.dir, "done.json")
-        if not os.path.exists(path) or not os.path.exists(self.checkpoint):
-            return None
-        with open(path) as f:
-            info = json.load(f)
-        if info.get("key") != self.key():
+        info = read_json(Path(self.dir) / "done.json")
+        if not info or not os.path.exists(self.checkpoint) or info.get("key") != self.key():
             return None
         # finished under the same limits, or already reached this budget's update limit
         if info.get("limits") == self.limits() or info.get("updates", 0) >= self.max_update:
@@ -112,14 +110,12 @@ class Run:
             return "skipped"
         if self.done_info():
             return "done"
-        plan = os.path.join(self.dir, "plan.json")
-        if os.path.exists(plan):
-            with open(plan) as f:
-                same = json.load(f).get("key") == self.key()
-            if not same:
-                return "stale"
-            return "partial" if os.path.exists(self.checkpoint) else "started"
-        return "new"
+        plan = read_json(Path(self.dir) / "plan.json")
+        if plan is None:
+            return "new"
+        if plan.get("key") != self.key():
+            return "stale"
+        return "partial" if os.path.exists(self.checkpoint) else "started"
 
 
 def count_params(run: Run) -> int:
