@@ -20,6 +20,7 @@ All functions but :func:`sample_busy_cores` are pure.
 
 import os
 import time
+from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 POLICIES = ("AUTO", "DEFAULT", "PASSIVE", "ACTIVE")
@@ -93,11 +94,9 @@ def sample_busy_cores(seconds: float = SAMPLE_SECONDS,
     where ``path`` cannot be read (not Linux). /proc/stat only parts nice 0 from niced work,
     so a niced caller counts all niced work as busy."""
     try:
-        with open(path, encoding="ascii") as f:
-            before = parse_stat(f.read())
+        before = parse_stat(Path(path).read_text(encoding="ascii"))
         time.sleep(seconds)
-        with open(path, encoding="ascii") as f:
-            after = parse_stat(f.read())
+        after = parse_stat(Path(path).read_text(encoding="ascii"))
     except (OSError, ValueError):
         return None
     return busy_cores(before, after, niced=os.nice(0) > 0), after["cpus"]

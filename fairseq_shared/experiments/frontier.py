@@ -173,10 +173,9 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
 
     torch.set_num_threads(settings["threads"])
     progress(f"[frontier] {name}: export ({checkpoint})")
-    if any(e.startswith("ct2") for e in settings["engines"]):
-        export_info = _export(name, checkpoint, data, work, settings)
-    else:
-        export_info = {"exportable": None, "reason": "not asked for (--engines)"}
+    export_info = (_export(name, checkpoint, data, work, settings)
+                   if any(e.startswith("ct2") for e in settings["engines"])
+                   else {"exportable": None, "reason": "not asked for (--engines)"})
     hf_info = (_export(name, checkpoint, data, work, settings, "hf")
                if "hf" in settings["engines"] else None)
     from fairseq_shared.timing import machine
@@ -265,8 +264,7 @@ def write_record(out: str, record: Dict) -> List[str]:
             if hyps is None:
                 continue
             rel = os.path.join("hyp", f"{name}.{engine}.b{bs}.txt")
-            with open(os.path.join(out, rel), "w", encoding="utf-8") as f:
-                f.write("".join(h + "\n" for h in hyps))
+            Path(out, rel).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
             cell["hypotheses_file"] = rel
             paths.append(os.path.join(out, rel))
     write_result(Path(paths[0]), record)

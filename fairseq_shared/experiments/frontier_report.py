@@ -347,10 +347,8 @@ def render(out: str, anchor: str = ANCHOR,
     rows = options(records)
     choice = pick(by_configuration(rows), best_set=best_set)
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
-    with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(markdown(records, rows, choice, anchor))
-    with open(paths["pick"], "w", encoding="utf-8") as f:
-        json.dump(choice, f, indent=1)
+    Path(paths["md"]).write_text(markdown(records, rows, choice, anchor), encoding="utf-8")
+    Path(paths["pick"]).write_text(json.dumps(choice, indent=1), encoding="utf-8")
     if rows:
         for p in plots(by_configuration(rows), out):
             paths[os.path.basename(p)] = p

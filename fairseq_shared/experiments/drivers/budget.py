@@ -93,8 +93,7 @@ def rates(args) -> int:
         "budget": args.budget, "started": started, "machine": machine.describe(),
         "rows": rows, "load_average_at_end": os.getloadavg()})
     table = train_rate.table(rows)
-    with open(os.path.splitext(args.out)[0] + ".md", "w", encoding="utf-8") as f:
-        f.write(table)
+    Path(args.out).with_suffix(".md").write_text(table, encoding="utf-8")
     print(table)
     return 0
 

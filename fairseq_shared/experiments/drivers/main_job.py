@@ -156,8 +156,7 @@ def run_main_job(data: str, out: str, budget: Dict, progress=print) -> Dict:
     rows = main_job_rows(records, decode)
     lookup = heldout_baseline(data, budget, decode, out, rows)
     table = main_job_table(rows, decode, lookup, budget)
-    with open(os.path.join(out, "main_job.md"), "w", encoding="utf-8") as f:
-        f.write(table)
+    Path(out, "main_job.md").write_text(table, encoding="utf-8")
     return {"records": records, "decode": decode, "rows": rows, "lookup": lookup,
             "table": table}
 
