@@ -63,12 +63,11 @@ def heldout_baseline(data: str, budget: Dict, decode: Optional[Dict], out: str,
     refs_path = os.path.join(data, "raw", f"test.{tgt}")
     if not os.path.exists(refs_path):
         return None
-    with open(refs_path, encoding="utf-8") as f:
-        num = sum(1 for _ in f)
-    ids = timing.select_ids(num, budget.get("subset"))
+    references = audit.read_lines(refs_path)
+    ids = timing.select_ids(len(references), budget.get("subset"))
     lookup = audit.heldout_baseline(data, ids, "test", tgt)
     if lookup and lookup["near_duplicate_positions"] and decode:
-        refs = [audit.read_lines(refs_path)[i] for i in ids]
+        refs = [references[i] for i in ids]  # the file read once, not once per sentence
         for r in rows:
             hyp = os.path.join(out, "decode", f"hyp.{r['name']}.txt")
             if os.path.exists(hyp):
