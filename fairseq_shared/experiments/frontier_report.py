@@ -349,7 +349,5 @@ def render(out: str, anchor: str = ANCHOR,
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
     Path(paths["md"]).write_text(markdown(records, rows, choice, anchor), encoding="utf-8")
     Path(paths["pick"]).write_text(json.dumps(choice, indent=1), encoding="utf-8")
-    if rows:
-        for p in plots(by_configuration(rows), out):
-            paths[os.path.basename(p)] = p
-    return paths
+    plotted = plots(by_configuration(rows), out) if rows else []
+    return {**paths, **{os.path.basename(p): p for p in plotted}}

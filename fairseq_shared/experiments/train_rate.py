@@ -45,15 +45,11 @@ def steady_rates(inner: List[Dict], cpu: List[Dict]) -> Dict:
 
 
 def logged_policy(log_path: str) -> str:
-    """The wait policy the last attempt in a train.log ran under (``training.train`` writes
-    it), or ``"?"``."""
-    policy = "?"
+    """The wait policy the last attempt in a train.log ran under (the header line of each start,
+    :func:`training.start_header`), or ``"?"``."""
     with open(log_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            found = re.match(r"# .*?OMP_WAIT_POLICY (\w+)", line)
-            if found:  # the header line of each start (training.train)
-                policy = found.group(1)
-    return policy
+        found = [m[1] for m in (re.match(r"# .*?OMP_WAIT_POLICY (\w+)", line) for line in f) if m]
+    return found[-1] if found else "?"
 
 
 def measure_run(run, policy: str = None, progress=lambda *a: None) -> Dict:
