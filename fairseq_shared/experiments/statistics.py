@@ -83,9 +83,7 @@ class Difference:
 
     @property
     def resolved(self) -> Optional[bool]:
-        if self.lo is None:
-            return None
-        return self.lo > 0 or self.hi < 0
+        return None if self.lo is None else (self.lo > 0 or self.hi < 0)
 
 
 def compare(a: Sequence[float], b: Sequence[float], pooled: Tuple[Optional[float], int],
