@@ -6,11 +6,11 @@ Engines: ``fairseq`` (the eager generator, with the decode trace), ``torchscript
 CTranslate2 ``ct2_float32`` and ``ct2_int8`` (through :func:`fairseq_shared.export.api.export`;
 a model that cannot be exported, SAN, records the reason instead) and ``hf``, the Hugging Face
 export (``generate()`` with the same settings; its shared form takes SAN models, so SAN's ratio
-over its vanilla shows in Hugging Face too). Per batch size, the engines
-of one model decode the same sentences in the same batches (:class:`timing.Session`), in
-interleaved timed passes after warm-up. Speed is read from the process's CPU time (one
-thread), wall clock beside it. Hypotheses of the engines that claim exactness (TorchScript,
-CTranslate2 float32, Hugging Face) are compared with fairseq's, sentence by sentence.
+over its vanilla shows in Hugging Face too). Per batch size, the engines of one model decode the
+same sentences in the same batches (:class:`timing.Session`), in interleaved timed passes after
+warm-up. Speed is read from the process's CPU time (one thread), wall clock beside it.
+Hypotheses of the engines that claim exactness (TorchScript, CTranslate2 float32, Hugging Face)
+are compared with fairseq's, sentence by sentence.
 """
 
 import os

@@ -5,15 +5,14 @@
         [--batch-sizes 1,32] [--beam 4] [--threads 1] [--repeats 2] [--anchor vanilla] [--commit]
 
 Each model is decoded on the whole test set (``--sentences N``: N evenly spaced) by eager
-fairseq, TorchScript and CTranslate2 float32/int8 (SAN and anything else that does not
-export: recorded as not exportable, with the reason), at each batch size. One JSON per model
-(``<out>/models/<name>.json``, hypotheses in ``<out>/hyp/``) is written, and with
-``--commit`` git-committed, the moment the model is done; a model whose record exists with
-the same settings, measured in this machine boot, is skipped (one from another boot is
-measured again, since speeds compare only within one boot). Then ``frontier.md`` (the table
-and "which to pick"), ``pick.json`` and ``frontier_bleu_vs_speed.png`` /
-``frontier_bleu_vs_mb.png`` are rendered from the records only (``--render-only`` does just
-that). See
+fairseq, TorchScript and CTranslate2 float32/int8 (SAN and anything else that does not export:
+recorded as not exportable, with the reason), at each batch size. One JSON per model
+(``<out>/models/<name>.json``, hypotheses in ``<out>/hyp/``) is written, and with ``--commit``
+git-committed, the moment the model is done; a model whose record exists with the same settings,
+measured in this machine boot, is skipped (one from another boot is measured again, since speeds
+compare only within one boot). Then ``frontier.md`` (the table and "which to pick"),
+``pick.json`` and ``frontier_bleu_vs_speed.png`` / ``frontier_bleu_vs_mb.png`` are rendered from
+the records only (``--render-only`` does just that). See
 :mod:`fairseq_shared.experiments.frontier`.
 """
 
