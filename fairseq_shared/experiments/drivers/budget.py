@@ -20,6 +20,7 @@ without milestones: the equal-updates tables, ``summary.csv`` and ``learning_cur
 (the load benchmark, ``results/load_benchmark/``), under each ``--wait-policy``.
 """
 
+import itertools
 import json
 import os
 import sys
@@ -81,13 +82,11 @@ def rates(args) -> int:
     from fairseq_shared.timing import machine
 
     rows, started = [], time.strftime("%Y-%m-%d %H:%M:%S")
-    for name in args.configs.split(","):
-        for threads in args.threads:
-            for policy in args.wait_policy:
-                for n in args.beside:
-                    rows.append(train_rate.measure_beside(n, name, threads, args.data,
-                                                          args.updates, args.budget, policy))
-                    print(json.dumps(rows[-1]), flush=True)
+    for name, threads, policy, n in itertools.product(args.configs.split(","), args.threads,
+                                                      args.wait_policy, args.beside):
+        rows.append(train_rate.measure_beside(n, name, threads, args.data, args.updates,
+                                              args.budget, policy))
+        print(json.dumps(rows[-1]), flush=True)
     queue.write_result(Path(args.out), {
         "command": " ".join(["python -m fairseq_shared.cli.budget"] + sys.argv[1:]),
         "budget": args.budget, "started": started, "machine": machine.describe(),
