@@ -58,7 +58,7 @@ CONFIGS: List[Dict] = [
     dict(name="san_dec2L", tables=["xiao"], label="SAN (decoder 2L)", arch="transformer_san",
          strategy="none", N="L", M="L", decoder_N="2L", default=False),
     # Kasai et al. 2021, deep encoder / shallow decoder, stock fairseq: encoder 2L, decoder 1.
-    # At the evidence budget (L=3, d=128, clean Bible vocabulary; runs.count_params) 6+1 has
+    # At the evidence budget (L=3, d=128, clean Bible vocabulary; models.build.count_params) 6+1 has
     # 2,479,744 parameters, +65,664 (+2.7%) over vanilla 3+3's 2,414,080: the closest pair
     # with a 1-layer decoder (5+1: 2,281,472, -5.5%; 7+1: 2,678,016, +10.9%) and closer
     # than 4+2 (2,347,776, -66,304); an encoder layer is 198,272, a decoder layer 264,320.

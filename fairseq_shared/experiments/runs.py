@@ -118,25 +118,20 @@ class Run:
         return "partial" if os.path.exists(self.checkpoint) else "started"
 
 
-def count_params(run: Run) -> int:
-    """Unique parameters of ``run``'s model, built (not trained) from its training command
-    with the corpus's dictionaries."""
-    from fairseq_shared.models.build import count_params as count
-
-    return count(run.train_command()[len(fairseq_tool("train")):])
-
-
-def set_params_or_skip(run, count=count_params) -> None:
-    """``run.params = count(run)``, or the ``skip_reason`` why it cannot be built: an
+def set_params_or_skip(run) -> None:
+    """``run.params``, the unique parameters of its model built (not trained) from its training
+    command with the corpus's dictionaries, or the ``skip_reason`` why it cannot be built: an
     architecture not registered (not built yet), or flags its model refuses."""
     from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_shared.models.build import count_params
 
     if run.arch not in ARCH_MODEL_REGISTRY:
         run.skip_reason = (f"architecture '{run.arch}' is not registered (not built yet);"
                            " row skipped")
         return
     try:
-        run.params = count(run)
+        run.params = count_params(run.train_command()[len(fairseq_tool("train")):])
     except (Exception, SystemExit) as e:  # noqa: BLE001  bad flags for this model
         run.skip_reason = f"cannot build the model: {type(e).__name__}: {e}"
 
