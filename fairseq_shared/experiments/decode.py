@@ -38,8 +38,9 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
     if (read_json(done) or {}).get("key") == key:
         progress(f"[decode] up to date ({ddir}); skipped")
         return json.loads((Path(ddir) / "results.json").read_text())
-    progress(f"[decode] {len(ckpts)} models, {budget['warmup_passes']} warm-up + {budget['repeats']} "
-             f"timed passes each, interleaved; subset: {budget['subset'] or 'all'}")
+    progress(f"[decode] {len(ckpts)} models, {budget['warmup_passes']} warm-up + "
+             f"{budget['repeats']} timed passes each, interleaved; subset: "
+             f"{budget['subset'] or 'all'}")
     baseline = "vanilla" if "vanilla" in ckpts else next(iter(ckpts))
     report = timing.benchmark(
         ckpts, data, decode_args(budget), baseline=baseline, warmup=budget["warmup_passes"],

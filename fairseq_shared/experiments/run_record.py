@@ -87,8 +87,9 @@ def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], D
 
 def run_item(name: str, seed: int, data: str, work: str, results: str, budget_name: str,
              overrides: Sequence[str] = (), progress=print) -> Dict:
-    """Train (or finish) one configuration of ``configs.CONFIGS`` with one seed, decode the test set and write its hypotheses; returns the result dict (the queue
-    writes it to ``RESULTS/runs/<name>_s<seed>.json``)."""
+    """Train (or finish) one configuration of ``configs.CONFIGS`` with one seed, decode the test
+    set and write its hypotheses; returns the result dict (the queue writes it to
+    ``RESULTS/runs/<name>_s<seed>.json``)."""
     budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
     config = select_configs(CONFIGS, name, None)[0]
     run = plan_run(config, seed, data, work, budget, progress)
