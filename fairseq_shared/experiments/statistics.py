@@ -37,11 +37,11 @@ LEVEL = 0.95
 BOOTSTRAP_SAMPLES = 1000
 
 
-def t_quantile(df: int, level: float = LEVEL) -> float:
-    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom."""
+def t_quantile(df: int) -> float:
+    """The two-sided :data:`LEVEL` quantile of Student's t with ``df`` degrees of freedom."""
     from scipy.stats import t
 
-    return float(t.ppf(0.5 + level / 2, df))
+    return float(t.ppf(0.5 + LEVEL / 2, df))
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ class SeedSummary:
     hi: Optional[float]
 
 
-def seed_summary(values: Sequence[float], level: float = LEVEL) -> SeedSummary:
-    """Mean, sd and the ``level`` t interval over seeds (no sd or interval from one seed)."""
+def seed_summary(values: Sequence[float]) -> SeedSummary:
+    """Mean, sd and the 95% t interval over seeds (no sd or interval from one seed)."""
     values = tuple(float(v) for v in values)
     if not values:
         raise ValueError("seed_summary: no values")
@@ -62,7 +62,7 @@ def seed_summary(values: Sequence[float], level: float = LEVEL) -> SeedSummary:
     if len(values) < 2:
         return SeedSummary(values, mean, None, None, None)
     sd = statistics.stdev(values)
-    half = t_quantile(len(values) - 1, level) * sd / math.sqrt(len(values))
+    half = t_quantile(len(values) - 1) * sd / math.sqrt(len(values))
     return SeedSummary(values, mean, sd, mean - half, mean + half)
 
 
@@ -87,8 +87,8 @@ class Difference:
 
 
 def compare(a: Sequence[float], b: Sequence[float], pooled: Tuple[Optional[float], int],
-            test_variance: float = 0.0, level: float = LEVEL) -> Difference:
-    """mean(b) - mean(a) with its ``level`` interval: the pooled seed variance over each
+            test_variance: float = 0.0) -> Difference:
+    """mean(b) - mean(a) with its 95% interval: the pooled seed variance over each
     side's seed count plus ``test_variance`` (:func:`test_sampling_variance`), t with the
     pooled degrees of freedom."""
     sd, df = pooled
@@ -96,7 +96,7 @@ def compare(a: Sequence[float], b: Sequence[float], pooled: Tuple[Optional[float
     if sd is None:
         return Difference(delta, None, None, (len(a), len(b)))
     se = math.sqrt(sd ** 2 * (1 / len(a) + 1 / len(b)) + test_variance)
-    half = t_quantile(df, level) * se
+    half = t_quantile(df) * se
     return Difference(delta, delta - half, delta + half, (len(a), len(b)))
 
 
