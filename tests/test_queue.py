@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -322,3 +323,24 @@ def test_a_changed_corpus_snapshot_is_committed_under_its_own_message(tmp_path, 
         "t: a_s1", "results/runs/a_s1.json",
         "t: corpus snapshot of corpus-dir (audit.json, dict.txt)",
         "results/corpus/audit.json", "results/corpus/dict.txt"]
+
+
+def test_a_run_state_file_that_is_not_json_stops_with_its_path(tmp_path):
+    """A failure record that cannot be read is as good as none (the item is retried); a run's
+    own plan.json or done.json that cannot be read is never guessed at."""
+    bad = tmp_path / "failed.json"
+    bad.write_text("{trunc", encoding="utf-8")
+    assert queue.read_json(bad) is None and queue.read_json(tmp_path / "none.json") is None
+    assert queue.read_json(tmp_path / "none.json", strict=True) is None
+    with pytest.raises(SystemExit) as e:
+        queue.read_json(bad, strict=True)
+    assert str(e.value).startswith(f"{bad}: unreadable (JSONDecodeError") and "\n" not in str(e.value)
+    from fairseq_shared.experiments.configs import CONFIGS, load_budget
+    from fairseq_shared.experiments.runs import Run
+
+    run = Run(CONFIGS[0], load_budget("tiny"), str(tmp_path / "data"), str(tmp_path / "out"))
+    os.makedirs(run.dir)
+    assert run.state() == "new"
+    (Path(run.dir) / "plan.json").write_text("{trunc", encoding="utf-8")
+    with pytest.raises(SystemExit, match="plan.json: unreadable"):
+        run.state()

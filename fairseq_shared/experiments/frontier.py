@@ -274,4 +274,4 @@ def write_record(out: str, record: Dict) -> List[str]:
 def load_record(out: str, name: str) -> Optional[Dict]:
     from fairseq_shared.experiments.queue import read_json
 
-    return read_json(Path(record_path(out, name)))
+    return read_json(Path(record_path(out, name)), strict=True)

@@ -84,10 +84,17 @@ def write_result(path: Path, result: Dict) -> None:
     tmp.replace(path)
 
 
-def read_json(path: Path) -> Optional[Dict]:
+def read_json(path: Path, strict: bool = False) -> Optional[Dict]:
+    """The record at ``path``, None where there is none. An unreadable one is None too, or
+    with ``strict`` (a run's own state, which must not be guessed) one line naming the file."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        if strict:
+            raise SystemExit(f"{path}: unreadable ({type(e).__name__}: {e}); move it away to "
+                             "train the run again") from None
         return None
 
 

@@ -97,7 +97,7 @@ class Run:
         return os.path.join(self.dir, "checkpoint_last.pt")
 
     def done_info(self) -> Optional[Dict]:
-        info = read_json(Path(self.dir) / "done.json")
+        info = read_json(Path(self.dir) / "done.json", strict=True)
         if not info or not os.path.exists(self.checkpoint) or info.get("key") != self.key():
             return None
         # finished under the same limits, or already reached this budget's update limit
@@ -110,7 +110,7 @@ class Run:
             return "skipped"
         if self.done_info():
             return "done"
-        plan = read_json(Path(self.dir) / "plan.json")
+        plan = read_json(Path(self.dir) / "plan.json", strict=True)
         if plan is None:
             return "new"
         if plan.get("key") != self.key():
