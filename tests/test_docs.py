@@ -91,12 +91,17 @@ def existed_at(commit: str, dotted: str) -> bool:
     return any(file_at(commit, path) for path in (f"{base}.py", f"{base}/__init__.py"))
 
 
+#: an archived page whose every command runs at one commit says so once, at its top
+PAGE_AT = re.compile(r"Every command on this page runs at commit ([0-9a-f]{7,40})\b")
+
+
 def python_m_quotes(body: str):
     """``(module, commit)`` of every ``python -m fairseq_shared...`` quote; commit is the one
-    a historical quote names, else None."""
+    a historical quote (or its page, :data:`PAGE_AT`) names, else None."""
+    page = PAGE_AT.search(body)
     for m in re.finditer(r"python -m (fairseq_shared(?:\.[a-z_]\w*)+)", body):
         before = HISTORICAL.search(body[max(0, m.start() - 260):m.start() + len("python -m ")])
-        yield m.group(1), before.group(1) if before else None
+        yield m.group(1), (before or page).group(1) if (before or page) else None
 
 
 def test_every_python_m_command_names_a_module_that_exists():
@@ -241,3 +246,12 @@ def test_no_model_binary_is_added_to_results():
     found = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*.pt"))
     assert found == COMMITTED_MODELS, \
         "new models stay in the work directory (results/README.md, \"Model binaries\")"
+
+
+def test_an_archived_page_names_its_commit_once_for_every_quote():
+    body = ("Every command on this page runs at commit af87f30 (`git worktree add ...`).\n\n"
+            "```bash\npython -m fairseq_shared.cli.relaxed plan\n```\n" + "x\n" * 300 +
+            "`python -m fairseq_shared.cli.relaxed render`")
+    assert list(python_m_quotes(body)) == [("fairseq_shared.cli.relaxed", "af87f30")] * 2
+    assert list(python_m_quotes("`python -m fairseq_shared.cli.budget`")) == [
+        ("fairseq_shared.cli.budget", None)]
