@@ -41,7 +41,11 @@ ONE_WIDE_FFN: List[str] = ["one_wide_ffn", "nodec_ffn"]
 ONE_SEED = ["attn_shared", "vanilla_dec2L", "nodec_ffn", "san_dec2L", "one_wide_ffn"]
 QUEUE: List[Tuple[str, int]] = ([(n, 1) for n in CORE] + [(n, 2) for n in TWO_SEEDS]
                                 + [(n, 1) for n in ONE_SEED] + [("vanilla_2L", 2)])
-NAMES = CORE + REST + ONE_WIDE_FFN
+# Issue 35: the 12+1 shared deep encoder on raw data, and the students of the distilled corpus
+# (its teacher: vanilla_2L s1, the committed model with the best valid loss)
+DISTILLATION = ["cycle_rev_4L_dec1", "vanilla_2L_dec1_distilled", "cycle_rev_4L_dec1_distilled",
+                "vanilla_distilled"]
+NAMES = CORE + REST + ONE_WIDE_FFN + DISTILLATION
 
 
 def parse_queue(text: Optional[str], budget: str = "budget_curve") -> List[Tuple[str, int]]:
