@@ -178,6 +178,11 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
 
 def test_each_shared_model_is_also_compared_with_its_own_unshared_pair():
     assert budget_findings.pair_of("san_dec2L") == "vanilla_dec2L"
+    # issue 35: distillation's gain per architecture, and 12+1 against the 6+1 of its size
+    assert budget_findings.pair_of("cycle_rev_4L_dec1") == "vanilla_2L_dec1"
+    for name in ["vanilla_2L_dec1", "cycle_rev_4L_dec1"]:
+        assert budget_findings.pair_of(f"{name}_distilled") == name
+    assert budget_findings.pair_of("vanilla_distilled") is None  # vanilla 3+3: every row's column
     for name in ["vanilla_dec2L", "cycle_rev_2L", "attn_shared", "vanilla_2L_dec1", "nodec_ffn",
                  "one_wide_ffn", "vanilla_2L"]:
         assert budget_findings.pair_of(name) is None, name

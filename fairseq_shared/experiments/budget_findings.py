@@ -153,10 +153,11 @@ def best_lines(best: Dict[str, Dict]) -> List[str]:
 
 
 def pair_of(name: str) -> Optional[str]:
-    """The unshared model a configuration is the shared version of, where that is not vanilla
-    3+3: the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
+    """The model a configuration is compared with besides vanilla 3+3: its declared ``pair``
+    (a distilled student's is the same architecture on raw data, 12+1's the unshared 6+1 of
+    equal size), else the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
     config = select_configs(CONFIGS, name, None)[0]
-    pair = BASELINES.get(config["tables"][0])
+    pair = config.get("pair") or BASELINES.get(config["tables"][0])
     return pair if pair not in (None, BASELINE, name) else None
 
 

@@ -78,7 +78,8 @@ CONFIGS: List[Dict] = [
     # decoder none) under 1 decoder layer, exactly 6+1's parameters (2,479,744 at the budget).
     dict(name="cycle_rev_4L_dec1", tables=["budget"],
          label="Cycle (rev), deep encoder 4L over 2L sets / decoder 1", strategy="none",
-         encoder_strategy="cycle_rev", N="4L", M="2L", decoder_N=1, default=False),
+         encoder_strategy="cycle_rev", N="4L", M="2L", decoder_N=1, default=False,
+         pair="vanilla_2L_dec1"),
     # the paper's other row: vanilla with the decoder's FFNs dropped (2,018,176 parameters)
     dict(name="nodec_ffn", tables=["budget"], label="Vanilla, no decoder FFN",
          arch="transformer_one_wide_ffn_nodec", strategy="none", N="L", M="L",
@@ -93,7 +94,7 @@ def _distilled(name: str) -> Dict:
     ``<corpus>/distilled/bin``, whose valid and test sets keep their real references."""
     config = next(c for c in CONFIGS if c["name"] == name)
     return dict(config, name=f"{name}_distilled", label=f"{config['label']}, distilled",
-                tables=["budget"], data="distilled", default=False)
+                tables=["budget"], data="distilled", default=False, pair=name)
 
 
 CONFIGS += [_distilled(n) for n in ("vanilla", "vanilla_2L_dec1", "cycle_rev_4L_dec1")]
