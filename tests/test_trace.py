@@ -155,3 +155,19 @@ def test_decoder_step_profile_splits_the_pass_into_parts_that_nest(toy, ckpts, t
     assert parts["decoder, rest"] >= 0  # the clocked sub-layers ran inside the decoder's time
     assert sum(parts.values()) == pytest.approx(row["cpu_seconds"])
     assert "| vanilla | 4 |" in out.read_text()
+
+
+def test_batches_are_collated_in_this_process_unless_num_workers_is_given(toy, ckpts):
+    """A loader process forked for every pass outlived it (torch's 5 s shutdown wait, twice a
+    pass): without --num-workers, no child process; with it, fairseq's loader as asked."""
+    import multiprocessing
+
+    session, _ = _session(toy, ckpts["vanilla"], GEN)
+    batches = list(session.batches())
+    assert batches and multiprocessing.active_children() == []
+    asked, _ = _session(toy, ckpts["vanilla"], [*GEN, "--num-workers", "1"])
+    itr = asked.batches()
+    first = next(itr)
+    assert len(multiprocessing.active_children()) == 1  # fairseq's loader, as asked
+    assert first["id"].tolist() == batches[0]["id"].tolist()
+    itr.close()
