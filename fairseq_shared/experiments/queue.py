@@ -235,8 +235,9 @@ def state(item: Item, ctx: Context) -> str:
         return "done"
     if held_elsewhere(ctx.work, item.id):
         return "running (claimed by a live worker)"
-    if item.waits_for():
-        return f"waits for {', '.join(item.waits_for())}"
+    need = item.waits_for()
+    if need:
+        return f"waits for {', '.join(need)}"
     failed = read_json(failure_path(ctx.work, item.id))
     if failed:
         return f"failed: {failed['error']} (retried by the next worker)"
