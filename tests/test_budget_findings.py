@@ -3,6 +3,8 @@ at equal training CPU, averaging's gain per run, the best set, and the 16,000-up
 seeds (a new seed's averaged 8,000-update milestone is that seed's final; a committed seed is
 a reproducibility check)."""
 
+import pytest
+
 from fairseq_shared.experiments import budget_findings, budget_long
 
 
@@ -60,3 +62,35 @@ def test_long_runs_add_new_seeds_and_check_committed_ones(tmp_path):
     assert budget_long.reproduction(long_ms, short, str(tmp_path)) == (
         "8,000: valid loss 5.5 vs 5.5, hypotheses differ")
     assert budget_long.reproduction(long_ms, None, str(tmp_path)) == "new seed"
+
+
+def test_a_distilled_students_valid_loss_is_compared_with_no_raw_data_model(tmp_path):
+    """Distillation raises a student's loss on the real references while it raises BLEU: its
+    valid loss is not set against raw-data models (nor counted for the best valid loss); its
+    BLEU still is."""
+    refs = ["a b c d", "e f g h"]
+    (tmp_path / "hyps").mkdir()
+
+    def final(name, seed, bleu, loss, hyp):
+        path = f"hyps/{name}_s{seed}.en"
+        (tmp_path / path).write_text(hyp)
+        return {"seed": seed, "label": name, "N": 6, "decoder_N": 1,
+                "test": {"bleu": bleu, "hypotheses": path}, "average_valid_loss": loss}
+
+    finals = {name: {s: final(name, s, bleu + s / 10, loss + s / 100, hyp) for s in (1, 2)}
+              for name, bleu, loss, hyp in [
+                  ("vanilla", 30.0, 5.40, "a b c d\ne f g x\n"),
+                  ("vanilla_2L_dec1", 28.0, 5.50, "a b c x\ne f g x\n"),
+                  ("vanilla_2L_dec1_distilled", 31.0, 6.90, "a b c d\ne f g h\n")]}
+    versus, _ = budget_findings.comparisons(finals, str(tmp_path), refs)
+    student = versus["vanilla_2L_dec1_distilled"]
+    assert "valid_loss" not in student and "valid_loss" not in student["pair"]
+    assert student["bleu"].delta == pytest.approx(1.0)
+    assert student["pair"]["bleu"].delta == pytest.approx(3.0)
+    assert "valid_loss" in versus["vanilla_2L_dec1"]  # two raw-data models still compare
+    best = budget_findings.best_sets(finals, str(tmp_path), refs)
+    assert best["valid_loss"]["best"] == "vanilla"
+    assert "vanilla_2L_dec1_distilled" not in best["valid_loss"]["set"]
+    assert best["bleu"]["best"] == "vanilla_2L_dec1_distilled"
+    assert budget_findings.best_lines(best)[1].endswith(
+        "Left out as trained on the teacher's outputs: vanilla_2L_dec1_distilled.")

@@ -53,7 +53,10 @@ def method_note(pooled: Dict) -> str:
             "resamples of the test sentences, the same for every model); \"not resolved\" where "
             "the interval covers 0 (`fairseq_shared/experiments/statistics.py`). The sentence "
             "bootstrap between two single models of one seed (`tables.md`, last BLEU column) is "
-            "test sampling only, never a configuration's significance.")
+            "test sampling only, never a configuration's significance. Valid loss is compared "
+            "only between configurations trained on the same targets: a distilled student's is "
+            "its likelihood of the real references after training on the teacher's outputs, "
+            "which distillation raises while it raises BLEU, so its rows compare by BLEU and chrF.")
 
 
 #: the comparisons whose crossover the tables state: (unshared baseline, shared configuration)
@@ -104,7 +107,7 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
 
     def versus(a: str, b: str) -> Dict:
         out = {"bleu": compare_bleu(runs[a], runs[b], pooled["bleu"], results, refs)}
-        if a in losses and b in losses:
+        if a in losses and b in losses and training_data(a) == training_data(b):
             out["valid_loss"] = compare(losses[a], losses[b], pooled["valid_loss"])
         return out
 
@@ -139,17 +142,27 @@ def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
     top = max(bleu, key=bleu.get)
     out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
         compare_bleu(runs[top], runs[n], pooled["bleu"], results, refs).hi or 0) < 0]}}
-    if losses:
-        low = min(losses, key=lambda n: statistics.mean(losses[n]))
-        out["valid_loss"] = {"best": low, "set": [n for n in losses if n == low or not (
-            compare(losses[low], losses[n], pooled["valid_loss"]).lo or 0) > 0]}
+    raw = {n: v for n, v in losses.items() if training_data(n) == "raw"}
+    if raw:
+        low = min(raw, key=lambda n: statistics.mean(raw[n]))
+        out["valid_loss"] = {"best": low, "set": [n for n in raw if n == low or not (
+            compare(raw[low], raw[n], pooled["valid_loss"]).lo or 0) > 0],
+            "left_out": sorted(set(losses) - set(raw))}
     return out
 
 
 def best_lines(best: Dict[str, Dict]) -> List[str]:
     words = {"bleu": "test BLEU", "valid_loss": "valid loss"}
     return [f"Best by {words[k]} (the best mean, {v['best']}, and every configuration not "
-            f"resolved worse than it): {', '.join(v['set'])}." for k, v in best.items()]
+            f"resolved worse than it): {', '.join(v['set'])}."
+            + (f" Left out as trained on the teacher's outputs: {', '.join(v['left_out'])}."
+               if v.get("left_out") else "") for k, v in best.items()]
+
+
+def training_data(name: str) -> str:
+    """What a configuration trains on: "raw" (the corpus) or "distilled" (the teacher's
+    outputs); valid losses compare only within one."""
+    return select_configs(CONFIGS, name, None)[0].get("data", "raw")
 
 
 def pair_of(name: str) -> Optional[str]:

@@ -110,7 +110,8 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
              "The milestones' losses are the checkpoints' as training logged them; the final "
              "column is the averaged model's, measured with fairseq-validate "
              "(`experiments/valid_loss.py`). The valid set is fixed, so the interval counts seeds "
-             "only.", "", *markdown_table(head)]
+             "only. A distilled student's valid loss is not compared with a model trained on the "
+             "corpus itself (other targets; summary.md says why).", "", *markdown_table(head)]
     for name in (n for n in NAMES if n in stages or n in finals):
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
