@@ -1,6 +1,8 @@
 """The README's answer table: each configuration's budget results joined with the frontier's
 size and speed of the same final models, in the README's order, from hand-made records."""
 
+import pytest
+
 from fairseq_shared.experiments.budget_summary import summary_table
 from fairseq_shared.experiments.statistics import Difference
 
@@ -61,3 +63,24 @@ def test_speeds_from_another_machine_boot_are_not_compared():
                 frontier_record("nodec_ffn_s1", 150, machine={"host": "other"})]
     row = summary_table(finals, {}, None, frontier, None)[-1]
     assert row.endswith("| - | 8.00 / - | - / - / - / - |")  # no training rates, no ratio
+
+
+def test_a_later_frontier_run_fills_the_rows_the_first_lacks_with_its_own_anchor():
+    """Models trained after the frontier's run are timed later, in another machine boot, beside
+    vanilla: their ratios divide by that run's vanilla, and the first run's rows stand."""
+    finals = {"vanilla": {1: final("vanilla", 1, 29.0)},
+              "nodec_ffn": {1: final("nodec_ffn", 1, 27.0)},
+              "vanilla_2L_dec1": {1: final("vanilla_2L_dec1", 1, 28.0, decoder_n=1)}}
+    first = [frontier_record("vanilla_s1", 100), frontier_record("nodec_ffn_s1", 150)]
+    other = {"host": "h", "cpu_model": "c", "boot_id": "later"}
+    later = [frontier_record("vanilla_s1", 50, machine=other),
+             frontier_record("nodec_ffn_s1", 50, machine=other),
+             frontier_record("vanilla_2L_dec1_s1", 80, machine=other)]
+    lines = summary_table(finals, {}, None, first, None, later=[later])
+    rows = {line.split("`")[1]: line for line in lines[2:]}
+    assert rows["vanilla"].endswith("| 1.00 / - / - / - |")
+    assert rows["nodec_ffn"].endswith("| 1.50 / - / - / - |")  # the first run's, not 1.00
+    assert rows["vanilla_2L_dec1"].endswith("| 1.60 / - / - / - |")  # 80 / the later vanilla's 50
+    later[2]["settings"] = {"batch_sizes": [1, 32]}
+    with pytest.raises(SystemExit, match="vanilla_2L_dec1_s1: a later frontier run's settings differ"):
+        summary_table(finals, {}, None, first, None, later=[later])

@@ -37,6 +37,9 @@ from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update
                                                    save_panels, score_cells)
 
 RATE_FILE = "train_rate.json"
+#: the frontier of the models trained after frontier/'s run: timed in a later run (another
+#: machine boot) beside the anchor's seeds, with frontier/'s settings (README.md there says how)
+LATER_FRONTIER = "frontier_later"
 COMMAND = "python -m fairseq_shared.cli.budget run --data work/bible --commit"
 EQUAL_UPDATES_COMMAND = ("python -m fairseq_shared.cli.budget run --data work/bible --budget "
                          "evidence --results results/bible_clean --work work/evidence --commit")
@@ -290,10 +293,12 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}
     frontier = frontier_report.load_records(str(out / "frontier"))
+    later = frontier_report.load_records(str(out / LATER_FRONTIER))
     best = best_sets(finals, results, refs)
-    if frontier:  # one command regenerates every table and plot of the suite
-        paths.update({f"frontier {k}": v for k, v in frontier_report.render(
-            str(out / "frontier"), best_set=best["bleu"]["set"]).items()})
+    for folder, records in (("frontier", frontier), (LATER_FRONTIER, later)):
+        if records:  # one command regenerates every table and plot of the suite
+            paths.update({f"{folder} {k}": v for k, v in frontier_report.render(
+                str(out / folder), best_set=best["bleu"]["set"]).items()})
     summary = ["# Quality, training cost, size and decoding speed of the final models", "",
                "Rendered by `python -m fairseq_shared.cli.budget render` from `runs/*.json` "
                "(test BLEU and valid loss of the final averaged models), "
@@ -301,10 +306,14 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                "machine, over vanilla 3+3's) and `frontier/models/*.json` (the same final "
                "models decoding the whole test set: beam 4, one thread, CPU tokens/s over "
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
-               "cost, wall clock and every model's row in `frontier/frontier.md`).", "",
+               "cost, wall clock and every model's row in `frontier/frontier.md`)"
+               + (f"; the models trained since, from `{LATER_FRONTIER}/models/*.json`, timed in "
+                  "a later run beside vanilla 3+3's two seeds with the same settings, so their "
+                  f"ratios stand beside the others (`{LATER_FRONTIER}/frontier.md`)"
+                  if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
-                              lookup["bleu"] if lookup else None), ""]
+                              lookup["bleu"] if lookup else None, later=[later]), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:

@@ -2,7 +2,7 @@
 what the budget measured of its final models with what the frontier measured of the same final
 models."""
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.statistics import (fmt_difference, fmt_seeds, markdown_row,
@@ -40,14 +40,24 @@ def versus_cell(diffs: Dict, key: str, spec: str = "+.2f") -> str:
 
 def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
-                  lookup_bleu: Optional[float], baseline: str = "vanilla") -> List[str]:
+                  lookup_bleu: Optional[float], baseline: str = "vanilla",
+                  later: Sequence[List[Dict]] = ()) -> List[str]:
     """``finals``: {configuration: {seed: final record}}; ``versus``:
     :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
-    None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet."""
+    None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet; ``later``:
+    the records of later frontier runs (each timed the baseline's first seed beside the models
+    trained since, with the same settings), whose ratios fill the rows ``frontier`` lacks."""
     cells, sizes, speeds = {}, [None], ["decoding speed"]
+    for rec in (rec for run in later for rec in run if frontier):
+        if rec["settings"] != frontier[0]["settings"]:
+            raise SystemExit(f"{rec['model']}: a later frontier run's settings differ from "
+                             f"frontier/'s ({rec['settings']} against "
+                             f"{frontier[0]['settings']}); its ratios would not stand beside them")
+    for run in ([frontier] if frontier else []) + [r for r in later if r]:
+        for name, cell in frontier_report.configuration_cells(
+                run, frontier_report.options(run), baseline).items():
+            cells.setdefault(name, cell)
     if frontier:
-        cells = frontier_report.configuration_cells(
-            frontier, frontier_report.options(frontier), baseline)
         sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]
         speeds = frontier_report.speed_headers(frontier, baseline)
     head = ["model", "layers", "parameters", "seeds",
