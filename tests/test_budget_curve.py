@@ -200,6 +200,15 @@ def test_early_stop_counts_validations_at_the_checkpoint_interval():
     assert milestones.next_check([], 2, 10) == 20
 
 
+def test_a_distilled_student_trains_to_the_budget_without_the_early_stop():
+    budget = load_budget("budget_curve")
+    assert int(budget["patience"]) == 10
+    configs = {c["name"]: c for c in CONFIGS}
+    assert budget_curve.patience(configs["vanilla_2L_dec1"], budget) == 10
+    for name in ("vanilla_distilled", "vanilla_2L_dec1_distilled", "cycle_rev_4L_dec1_distilled"):
+        assert budget_curve.patience(configs[name], budget) == 0
+
+
 def test_milestones_and_queue_order():
     assert milestones.parse_milestones("1000,2000,4000,8000", 8000) == [1000, 2000, 4000, 8000]
     with pytest.raises(SystemExit, match="increasing positive updates up to max_update=100"):
