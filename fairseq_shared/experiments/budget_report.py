@@ -92,9 +92,8 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
         label, layers = describe(name, final)
         row = [label, layers, f"{some['params']:,}", str(len(seeds))]
-        for k in updates:
-            row.append(fmt_seeds([stages[name][s][k]["test"][metric] for s in seeds
-                              if k in stages[name][s]]))
+        row += [fmt_seeds([stages[name][s][k]["test"][metric] for s in seeds
+                           if k in stages[name][s]]) for k in updates]
         row.append(fmt_seeds([f["test"][metric] for f in final]))
         row.append("/".join(str(f["updates"]) + (" (stop)" if f.get("stopped_at") else "")
                             for f in final) or "-")
@@ -129,8 +128,7 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
 
 
 def training_rates(results: str) -> Optional[Dict]:
-    """``RATE_FILE`` at the budget's thread count: {"rows": {configuration: row}, ...}, or
-    None where it has not been measured."""
+    """``RATE_FILE`` at the budget's thread count ({"rows": {configuration: row}, ...}) or None."""
     path = Path(results) / RATE_FILE
     if not path.exists():
         return None
@@ -235,8 +233,7 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
 
 
 def _band(ax, xs, values: List[List[float]], color, **line) -> None:
-    """The mean over seeds of each point's ``values``, and their min-max band (two seeds or
-    more)."""
+    """The mean over seeds of each point's ``values``, and their min-max band (2+ seeds)."""
     ax.plot(xs, [statistics.mean(v) for v in values], color=color, **line)
     if len(values[0]) > 1:
         ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], color=color,
@@ -326,12 +323,11 @@ def equal_updates_table(key: str, runs: Dict[str, List[Dict]], lookup: Dict, res
     """One of :data:`EQUAL_UPDATE_TABLES`: each row against the table's baseline."""
     title, names = EQUAL_UPDATE_TABLES[key]
     base = runs.get(BASELINES[key])
-    lines = [f"## {title}", "",
-             "| method | layers enc+dec | sets M | params | seeds | updates | s/update (x vanilla) "
-             "| valid loss | test BLEU (mean ± sd [95% over seeds], per seed) | test chrF "
-             "| vs baseline [95%: seeds and test sampling] | single models of one seed against "
-             "the baseline's (test sampling only: ΔBLEU, bootstrap p) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+    lines = [f"## {title}", "", *markdown_table(
+        ["method", "layers enc+dec", "sets M", "params", "seeds", "updates",
+         "s/update (x vanilla)", "valid loss", "test BLEU (mean ± sd [95% over seeds], per seed)",
+         "test chrF", "vs baseline [95%: seeds and test sampling]", "single models of one seed "
+         "against the baseline's (test sampling only: ΔBLEU, bootstrap p)"], align="llrrrrrr")]
     pooled = pooled_sd([[r["test"]["bleu"] for r in rs] for rs in runs.values()])
     base_spu = statistics.mean(cost_per_update(r) for r in base) if base else None
     for name in names:
@@ -347,11 +343,11 @@ def equal_updates_table(key: str, runs: Dict[str, List[Dict]], lookup: Dict, res
         rel = f" (x{spu / base_spu:.2f})" if base_spu else ""
         versus = fmt_difference(compare_bleu(base, rs, pooled, results, refs)) if compared else "-"
         paired = (fmt_paired(paired_by_seed(base, rs, results, refs)) if compared else "") or "-"
-        lines.append(
-            f"| {first['label']} | {first['N']}+{first.get('decoder_N', first['N'])} | "
-            f"{first['M']} | {first['params']:,} | {len(rs)} | "
-            f"{'/'.join(str(u) for u in sorted({r['updates'] for r in rs}))} | {spu:.2f}{rel} | "
-            f"{' | '.join(score_cells(rs))} | {versus} | {paired} |")
+        lines.append(markdown_row([
+            first["label"], f"{first['N']}+{first.get('decoder_N', first['N'])}", str(first["M"]),
+            f"{first['params']:,}", str(len(rs)),
+            "/".join(map(str, sorted({r["updates"] for r in rs}))), f"{spu:.2f}{rel}",
+            *score_cells(rs), versus, paired]))
     return "\n".join(lines) + "\n"
 
 

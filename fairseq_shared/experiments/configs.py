@@ -87,7 +87,6 @@ CONFIGS: List[Dict] = [
 ]
 
 
-
 def _distilled(name: str) -> Dict:
     """Configuration ``name`` trained on the teacher's distilled corpus
     (:mod:`fairseq_shared.data.distill`): ``data: distilled`` trains on
@@ -289,8 +288,7 @@ def resolve_count(expr, L: int) -> int:
     expr = str(expr).strip()
     m = re.fullmatch(r"(\d*)L(?:/(\d+))?", expr)
     if m:
-        mult = int(m.group(1) or 1)
-        return max(1, math.ceil(mult * L / int(m.group(2) or 1)))
+        return max(1, math.ceil(int(m.group(1) or 1) * L / int(m.group(2) or 1)))
     return int(expr)
 
 

@@ -35,9 +35,7 @@ def parse_stat(text: str) -> Dict[str, int]:
     number of ``cpuN`` lines)."""
     fields, cpus = None, 0
     for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
+        parts = line.split() or [""]
         if parts[0] == "cpu":
             values = [int(v) for v in parts[1:1 + len(_FIELDS)]]
             fields = dict(zip(_FIELDS, values + [0] * (len(_FIELDS) - len(values))))
@@ -103,8 +101,7 @@ def sample_busy_cores(seconds: float = SAMPLE_SECONDS,
 
 
 def policy_list(text: str) -> list:
-    """``--wait-policy``'s argparse type: comma-separated policies (``DEFAULT,AUTO,PASSIVE``;
-    any case)."""
+    """``--wait-policy``'s argparse type: comma-separated policies (``DEFAULT,AUTO``; any case)."""
     import argparse
 
     policies = [part.strip().upper() for part in text.split(",")]

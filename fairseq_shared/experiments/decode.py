@@ -92,9 +92,8 @@ def decode_test(checkpoint: str, data: str, budget: Dict, label: str, hyp_path: 
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")
     scored = score(res.hypotheses, report.references)
-    return {"bleu": scored["bleu"], "chrf": scored["chrf"],
-            "bleu_signature": scored["bleu_signature"],
-            "chrf_signature": scored["chrf_signature"], "sentences": scored["n"],
+    return {**{k: scored[k] for k in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+            "sentences": scored["n"],
             "decode_tokens_per_s_single_pass": res.summary().get("tokens_per_s_median"),
             "decode_settings": report.settings}
 

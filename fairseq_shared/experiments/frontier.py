@@ -193,8 +193,7 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
     for bs in settings["batch_sizes"]:
         for s in sessions:
             s.cfg.dataset.batch_size = bs
-        passes = {e: [] for e, _ in live}
-        first = {}
+        passes, first = {e: [] for e, _ in live}, {}
         for k in range(settings["warmup"] + settings["repeats"]):
             order = live[k % len(live):] + live[:k % len(live)]
             for engine, runner in order:

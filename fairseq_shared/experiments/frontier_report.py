@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from fairseq_shared.experiments.frontier import ENGINES
-from fairseq_shared.experiments.statistics import markdown_row, markdown_table
+from fairseq_shared.experiments.statistics import markdown_row, markdown_table, save_panels
 from fairseq_shared.markdown import fmt
 from fairseq_shared.timing.machine import boot_key
 
@@ -64,8 +64,7 @@ def speed_ratios(rows: List[Dict], anchor: str) -> Dict[tuple, Dict[str, Optiona
 
 def anchor_model(rows: List[Dict], anchor: str) -> str:
     """The model whose speed is x1.00 in the per-model table: ``anchor`` where it was recorded,
-    else the first seed of the configuration it names (``vanilla`` -> ``vanilla_s1``), so that a
-    render names the anchor either way."""
+    else the first seed of the configuration it names (``vanilla`` -> ``vanilla_s1``)."""
     models = sorted({r["model"] for r in rows})
     if anchor in models:
         return anchor
@@ -306,9 +305,9 @@ def plots(rows: List[Dict], out: str) -> List[str]:
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"output tokens per CPU second, batch {bs}")
         ax.set_ylabel("BLEU")
-        ax.grid(alpha=0.3)
     _legend(axes[0][-1], models, colors, markers)
-    speed = _save(fig, os.path.join(out, "frontier_bleu_vs_speed.png"))
+    speed = save_panels(fig, axes[0], None, os.path.join(out, "frontier_bleu_vs_speed.png"),
+                        legend=False, dpi=120)
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     for r in rows:
         if r.get("disk_bytes"):
@@ -316,18 +315,9 @@ def plots(rows: List[Dict], out: str) -> List[str]:
                        c=colors[r["model"]])
     ax.set_xlabel("model on disk (MB)")
     ax.set_ylabel("BLEU")
-    ax.grid(alpha=0.3)
     _legend(ax, models, colors, markers)
-    return [speed, _save(fig, os.path.join(out, "frontier_bleu_vs_mb.png"))]
-
-
-def _save(fig, path: str) -> str:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return [speed, save_panels(fig, [ax], None, os.path.join(out, "frontier_bleu_vs_mb.png"),
+                               legend=False, dpi=120)]
 
 
 def _legend(ax, models, colors, markers):

@@ -99,7 +99,6 @@ def read_json(path: Path, strict: bool = False) -> Optional[Dict]:
 
 
 def _injected_delay(value: Optional[str]) -> None:
-    """For race tests: sleep SECONDS, or until the file after ``until:`` exists."""
     if not value:
         return
     if value.startswith("until:"):
@@ -110,8 +109,7 @@ def _injected_delay(value: Optional[str]) -> None:
 
 
 def _lock(fd: int) -> bool:
-    """Take the record lock of the open claim file ``fd`` without waiting: False if another
-    process holds it."""
+    """Lock the open claim file ``fd`` without waiting: False if another process holds it."""
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -130,10 +128,7 @@ def claim(work: str, ident: str, finished: Callable[[], bool] = lambda: False):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         _injected_delay(os.environ.get(CLAIM_DELAY_ENV))
-        if not _lock(fd):
-            yield False
-            return
-        if finished():  # finished by a holder that released it while we were on our way
+        if not _lock(fd) or finished():  # finished: by a holder that released it meanwhile
             yield False
             return
         os.ftruncate(fd, 0)
@@ -256,9 +251,7 @@ def work(suite: Suite, items: Sequence[Item], ctx: Context) -> List[str]:
                     checked.add(item.id)
                     _commit(suite, item, read_json(path) or {}, ctx, only_if_dirty=True)
                 continue
-            if item.id in failed:
-                continue
-            if item.waits_for():
+            if item.id in failed or item.waits_for():
                 continue
             with claim(ctx.work, item.id, finished=path.exists) as held:
                 if not held:

@@ -53,9 +53,7 @@ def train_run(run, ident: str, progress=print) -> Dict:
 
 def checkpoint_updates(run) -> int:
     """Updates stored in ``run``'s ``checkpoint_last.pt`` (0 without one)."""
-    if not os.path.exists(run.checkpoint):
-        return 0
-    return checkpoint_progress(run.checkpoint)["updates"]
+    return checkpoint_progress(run.checkpoint)["updates"] if os.path.exists(run.checkpoint) else 0
 
 
 def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],

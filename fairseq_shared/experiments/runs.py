@@ -89,8 +89,7 @@ class Run:
         return hashlib.sha256(json.dumps(cmd).encode()).hexdigest()[:16]
 
     def limits(self) -> Dict:
-        return {"max_update": self.max_update,
-                "max_minutes": self.budget.get("max_minutes")}
+        return {"max_update": self.max_update, "max_minutes": self.budget.get("max_minutes")}
 
     @property
     def checkpoint(self) -> str:
@@ -136,20 +135,18 @@ def set_params_or_skip(run) -> None:
         run.skip_reason = f"cannot build the model: {type(e).__name__}: {e}"
 
 
-def make_plan(configs: List[Dict], budget: Dict, data: str, out: str, log=print,
+def make_plan(configs: List[Dict], budget: Dict, data: str, out: str,
               runs_dir: Optional[str] = None) -> List[Run]:
     """A :class:`Run` per configuration, its parameters counted (or its ``skip_reason``)."""
     import logging
 
     import fairseq_shared  # noqa: F401
 
-    runs = []
+    runs = [Run(cfg, budget, data, out, runs_dir) for cfg in configs]
     logging.disable(logging.WARNING)
     try:
-        for cfg in configs:
-            run = Run(cfg, budget, data, out, runs_dir)
+        for run in runs:
             set_params_or_skip(run)
-            runs.append(run)
     finally:
         logging.disable(logging.NOTSET)
     return runs
@@ -159,7 +156,7 @@ def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict,
              progress=print) -> Run:
     """The :class:`Run` of ``config`` with ``seed``, under ``WORK/runs_s<seed>/<name>`` (its
     parameters counted)."""
-    return make_plan([config], budget, data, os.path.join(work, f"out_s{seed}"), log=progress,
+    return make_plan([config], budget, data, os.path.join(work, f"out_s{seed}"),
                      runs_dir=os.path.join(work, f"runs_s{seed}"))[0]
 
 

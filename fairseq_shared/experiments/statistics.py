@@ -95,14 +95,12 @@ def compare(a: Sequence[float], b: Sequence[float], pooled: Tuple[Optional[float
     delta = statistics.mean(b) - statistics.mean(a)
     if sd is None:
         return Difference(delta, None, None, (len(a), len(b)))
-    se = math.sqrt(sd ** 2 * (1 / len(a) + 1 / len(b)) + test_variance)
-    half = t_quantile(df) * se
+    half = t_quantile(df) * math.sqrt(sd ** 2 * (1 / len(a) + 1 / len(b)) + test_variance)
     return Difference(delta, delta - half, delta + half, (len(a), len(b)))
 
 
 def sentence_stats(hyps: Sequence[str], refs: Sequence[str]) -> List[List[int]]:
-    """sacreBLEU's per-sentence sufficient statistics (lengths, n-gram matches and totals),
-    which add up to the corpus score's."""
+    """sacreBLEU's per-sentence sufficient statistics, which add up to the corpus score's."""
     from sacrebleu.metrics import BLEU
 
     if len(hyps) != len(refs):
@@ -116,13 +114,12 @@ def test_sampling_variance(a: Sequence[Sequence[Sequence[int]]],
     """Variance over paired sentence resamples of (mean corpus BLEU of ``b``'s models - that
     of ``a``'s); ``a`` and ``b``: per model, :func:`sentence_stats` on the same references."""
     import numpy as np
+    from sacrebleu.metrics import BLEU
 
     arrays = [np.asarray(s, dtype=np.int64) for s in (*a, *b)]
     n = arrays[0].shape[0]
     if any(x.shape[0] != n for x in arrays):
         raise ValueError("test_sampling_variance: hypothesis files of different lengths")
-    from sacrebleu.metrics import BLEU
-
     rng, bleu = np.random.default_rng(seed), BLEU()
     deltas = []
     for _ in range(samples):
@@ -134,8 +131,7 @@ def test_sampling_variance(a: Sequence[Sequence[Sequence[int]]],
 
 
 def paired_bootstrap(base_hyps: List[str], hyps: List[str], refs: List[str]) -> Dict[str, float]:
-    """sacreBLEU's paired bootstrap of two single models (one seed each: test sampling
-    only): p-values of ``hyps`` against ``base_hyps``."""
+    """Paired bootstrap p-values of ``hyps`` against ``base_hyps`` (test sampling only)."""
     from sacrebleu.metrics import BLEU, CHRF
     from sacrebleu.significance import PairedTest
 
@@ -152,8 +148,7 @@ def markdown_row(cells: Iterable[str]) -> str:
 
 def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]] = (),
                    align: str = "") -> List[str]:
-    """Header, separator and rows; ``align``: a letter per column, ``r`` right-aligned (the
-    columns past it are left-aligned)."""
+    """Header, separator and rows; ``align``: a letter per column, ``r`` right (else left)."""
     sep = "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(head)))
     return [markdown_row(head), "|" + sep, *map(markdown_row, rows)]
 
@@ -200,8 +195,7 @@ def hypothesis_stats(path: Path, refs: Sequence[str]) -> List[List[int]]:
     """:func:`sentence_stats` of a committed hypothesis file (cached by path and references)."""
     key = (str(Path(path).resolve()), hash(tuple(refs)))
     if key not in _STATS:
-        hyps = Path(path).read_text(encoding="utf-8").splitlines()
-        _STATS[key] = sentence_stats(hyps, refs)
+        _STATS[key] = sentence_stats(Path(path).read_text(encoding="utf-8").splitlines(), refs)
     return _STATS[key]
 
 
@@ -221,10 +215,8 @@ def paired_by_seed(base: List[Dict], runs: List[Dict], results: str,
     bootstrap's p-values (runs without a base of their seed are left out)."""
     by_seed = {b["seed"]: b for b in base}
     out = []
-    for r in sorted(runs, key=lambda r: r["seed"]):
-        b = by_seed.get(r["seed"])
-        if not b:
-            continue
+    for r in sorted((r for r in runs if by_seed.get(r["seed"])), key=lambda r: r["seed"]):
+        b = by_seed[r["seed"]]
         p = paired_bootstrap(read_lines(Path(results) / b["test"]["hypotheses"]),
                              read_lines(Path(results) / r["test"]["hypotheses"]), refs)
         out.append({"seed": r["seed"], "delta_bleu": r["test"]["bleu"] - b["test"]["bleu"],
@@ -287,17 +279,18 @@ def plot_curves(runs: Dict[str, List[Dict]], path: Path, metric: str, ylabel: st
     return save_panels(fig, axes, title, path)
 
 
-def save_panels(fig, axes, title: str, path, legend: bool = True) -> str:
-    """Legend in the last panel (``legend=False``: the figure has its own), grids, the title;
-    write ``path`` (110 dpi) and close."""
+def save_panels(fig, axes, title: Optional[str], path, legend: bool = True, dpi: int = 110) -> str:
+    """Legend in the last panel (``legend=False``: the figure has its own), grids, the title
+    (if any); write ``path`` and close."""
     import matplotlib.pyplot as plt
 
     if legend:
         axes[-1].legend(fontsize=7, ncol=2)
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.suptitle(title)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return str(path)

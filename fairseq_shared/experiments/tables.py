@@ -3,7 +3,7 @@ table."""
 
 from typing import Dict, List, Optional
 
-from fairseq_shared.experiments.statistics import lookup_lines
+from fairseq_shared.experiments.statistics import lookup_lines, markdown_table
 from fairseq_shared.markdown import fmt
 
 #: row key -> key of a model's result in the timing report
@@ -41,12 +41,10 @@ def main_job_table(rows: List[Dict], decode: Optional[Dict], lookup: Optional[Di
     decoded and how, the budget."""
     decode = decode or {}
     s = decode.get("settings", {})
-    lines = [
-        "| model | layers (enc+dec) | parameter sets per stack | parameters | updates | BLEU | "
-        "chrF | decoding CPU tokens/s | decoder steps (at length limit) | CPU ms/step | "
-        "vs vanilla (CPU, min-max) | wall tokens/s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = markdown_table(["model", "layers (enc+dec)", "parameter sets per stack", "parameters",
+                            "updates", "BLEU", "chrF", "decoding CPU tokens/s",
+                            "decoder steps (at length limit)", "CPU ms/step",
+                            "vs vanilla (CPU, min-max)", "wall tokens/s"], align="lll" + "r" * 9)
     lines += lookup_lines(lookup, 12, 5)
     for r in rows:
         lines.append(

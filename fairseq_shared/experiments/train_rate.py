@@ -76,8 +76,7 @@ def measure(config_name: str, threads: int, data: str, updates: int, budget_name
     budget = load_budget(budget_name, [f"max_update={updates}", "save_interval_updates=0",
                                        f"threads={threads}"])
     with tempfile.TemporaryDirectory() as out:
-        run = make_plan(select_configs(CONFIGS, config_name, None), budget, data, out,
-                        log=lambda *a: None)[0]
+        run = make_plan(select_configs(CONFIGS, config_name, None), budget, data, out)[0]
         rates = measure_run(run, policy)
     return {"config": config_name, "threads": threads, "updates": updates, "params": run.params,
             **rates}

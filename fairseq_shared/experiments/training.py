@@ -24,8 +24,7 @@ _JSON_RE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 
 
 def _json_record(line: str) -> Optional[Tuple[str, Dict]]:
-    """(kind, record) of a JSON line of fairseq's log, kind being train_inner, train or valid;
-    None for any other line."""
+    """(train_inner / train / valid, record) of a JSON line of fairseq's log, else None."""
     m = _JSON_RE.search(line)
     try:
         return (m.group(1), json.loads(m.group(2))) if m else None
@@ -188,8 +187,7 @@ def train(run: Run, progress, policy: Optional[str] = None) -> Dict:
                  f"to {stale}")
         shutil.move(run.dir, stale)
     os.makedirs(run.dir, exist_ok=True)
-    cmd = run.train_command()
-    key = run.key()
+    cmd, key = run.train_command(), run.key()
     write_result(Path(run.dir) / "plan.json", {"key": key, "command": cmd, "config": run.config,
                                                "budget": run.budget, "params": run.params})
     log_path = os.path.join(run.dir, "train.log")

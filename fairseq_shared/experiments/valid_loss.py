@@ -17,8 +17,7 @@ from fairseq_shared.fairseq_commands import fairseq_command
 
 
 def parse_validate_output(text: str) -> Dict[str, float]:
-    """loss and nll_loss of the last ``{"valid_loss": ...}`` JSON record of a ``--log-format
-    json`` run."""
+    """loss and nll_loss of the last ``valid_loss`` JSON record of a ``--log-format json`` run."""
     for line in reversed(text.splitlines()):
         start = line.find("{")
         if start < 0 or "valid_loss" not in line:

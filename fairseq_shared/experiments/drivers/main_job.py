@@ -157,8 +157,7 @@ def run_main_job(data: str, out: str, budget: Dict, progress=print) -> Dict:
     lookup = heldout_baseline(data, budget, decode, out, rows)
     table = main_job_table(rows, decode, lookup, budget)
     Path(out, "main_job.md").write_text(table, encoding="utf-8")
-    return {"records": records, "decode": decode, "rows": rows, "lookup": lookup,
-            "table": table}
+    return {"records": records, "decode": decode, "rows": rows, "lookup": lookup, "table": table}
 
 
 def main(argv=None):
