@@ -19,6 +19,7 @@ ANCHOR = "vanilla"  # the model whose eager fairseq speed is x1.00 (the driver's
 #: The engines of the short table's speed cells (the README's budget table); every engine,
 #: ``hf`` included, has its rows in the full table.
 SHORT_ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8")
+RENDER_ONLY = "python -m fairseq_shared.cli.frontier --render-only"
 
 
 def load_records(out: str) -> List[Dict]:
@@ -202,7 +203,7 @@ def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> 
 
 
 def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
-             anchor: str = ANCHOR) -> str:
+             anchor: str = ANCHOR, command: str = RENDER_ONLY) -> str:
     if not records:
         return "# Frontier\n\nNo model records yet.\n"
     st = records[0]["settings"]
@@ -212,7 +213,7 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
     machines = boots(records)
     lines = [
         "# Speed / size / quality frontier", "",
-        f"Rendered from `models/*.json` by `python -m fairseq_shared.cli.frontier --render-only`."
+        f"Rendered from `models/*.json` by `{command}`."
         f" Each model: the `{st['subset']}` set ({records[0].get('sentences')} sentences), beam "
         f"{st['beam']}, lenpen {st['lenpen']}, max length {st['max_len_a']} x source + "
         f"{st['max_len_b']}, {st['threads']} thread, batch sizes {', '.join(sizes)}; "
@@ -332,12 +333,15 @@ def _legend(ax, models, colors, markers):
 def render(out: str, anchor: str = ANCHOR,
            best_set: Optional[Sequence[str]] = None) -> Dict[str, str]:
     """``frontier.md``, ``pick.json`` and the two plots in ``out``, from its records;
-    ``best_set``: see :func:`pick`."""
+    ``best_set``: see :func:`pick` (the budget's render passes it, and its table names that
+    command, since ``--render-only`` would pick without it)."""
     records = load_records(out)
     rows = options(records)
     choice = pick(by_configuration(rows), best_set=best_set)
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
-    Path(paths["md"]).write_text(markdown(records, rows, choice, anchor), encoding="utf-8")
+    command = RENDER_ONLY if best_set is None else "python -m fairseq_shared.cli.budget render"
+    Path(paths["md"]).write_text(markdown(records, rows, choice, anchor, command),
+                                 encoding="utf-8")
     Path(paths["pick"]).write_text(json.dumps(choice, indent=1), encoding="utf-8")
     plotted = plots(by_configuration(rows), out) if rows else []
     return {**paths, **{os.path.basename(p): p for p in plotted}}
