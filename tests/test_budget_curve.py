@@ -119,6 +119,25 @@ def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, t
         "the references and lookup baseline the tables read are committed before the first milestone"
 
 
+def test_a_milestone_whose_training_is_lost_is_trained_again(uninterrupted, toy, tmp_path):
+    # a fresh machine: the results hold the 10-update milestone, the work directory with the
+    # training that made it is gone; the run starts again and measures it again
+    shutil.copytree(uninterrupted / "results", tmp_path / "results")
+    (tmp_path / "results" / "runs" / "vanilla_s1.json").unlink()
+    (tmp_path / "results" / "milestones" / "vanilla_s1_u30.json").unlink()
+    u10 = tmp_path / "results" / "milestones" / "vanilla_s1_u10.json"
+    lost = json.loads(u10.read_text())
+    lost["test"]["bleu"] = 99.0
+    u10.write_text(json.dumps(lost))
+    out, _ = worker(toy, tmp_path).communicate(timeout=300)
+    assert "the 10-update milestone's training is lost (0 updates here)" in out, out
+    assert written(tmp_path) == written(uninterrupted)
+    final = json.loads((tmp_path / "results" / "runs" / "vanilla_s1.json").read_text())
+    assert final["milestones_trained_again"] == [10]
+    assert "milestones_trained_again" not in json.loads(
+        (uninterrupted / "results" / "runs" / "vanilla_s1.json").read_text())
+
+
 def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     results = tmp_path / "results"
     shutil.copytree(uninterrupted / "results", results)

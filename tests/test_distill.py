@@ -2,6 +2,7 @@
 own hypotheses, a killed run resumes to the same corpus, bad input is one line."""
 
 import filecmp
+import hashlib
 import os
 import shutil
 import signal
@@ -65,6 +66,8 @@ def test_a_single_teacher_decodes_with_ctranslate2_and_its_targets_are_its_trans
     assert "passed its check on 16 valid sentences" in manifest["engine_reason"]  # all 16
     assert manifest["settings"] == SETTINGS and manifest["distilled_sentences"] == 160
     assert len(manifest["teachers"][0]["sha256"]) == 64
+    text = (out / "text" / "train.tgt").read_bytes()
+    assert manifest["train_sha256"] == hashlib.sha256(text).hexdigest()
     assert 0 <= manifest["teacher_valid"]["bleu"] <= 100
     loaded = open_checkpoint(str(teacher), "test", Takes("test", (architectures.MODEL,)),
                              data=str(data))

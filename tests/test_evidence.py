@@ -134,3 +134,24 @@ def test_a_rebuilt_corpus_with_other_pieces_is_refused(finished, tmp_path):
                                          r".*target\.dict\.txt"):
         snapshot_corpus(str(rebuilt), results)
     assert before == {n: open(os.path.join(pinned, n), "rb").read() for n in CORPUS_FILES}
+
+
+def test_a_distilled_corpus_with_other_targets_is_refused(finished, tmp_path):
+    """The snapshot pins the distilled corpus too (its targets' sha256): the seeds of a
+    distilled row must train on one corpus, which a decode on another machine may not give."""
+    toy, _, committed, _, _ = finished
+    data, results = tmp_path / "toy", tmp_path / "results"
+    shutil.copytree(toy, data)
+    shutil.copytree(committed, results)
+    assert not (results / "distilled").exists()  # no distilled corpus: nothing pinned
+    manifest = data / "distilled" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"train_sha256": "a" * 64}))
+    snapshot_corpus(str(data), str(results))
+    pinned = results / "distilled" / "manifest.json"
+    assert json.loads(pinned.read_text()) == {"train_sha256": "a" * 64}
+    manifest.write_text(json.dumps({"train_sha256": "b" * 64}))
+    with pytest.raises(SystemExit, match=rf"--data {data}: the distilled corpus of {manifest} "
+                                         rf"\(train_sha256 b+\) differs from {pinned} \(a+\)"):
+        snapshot_corpus(str(data), str(results))
+    assert json.loads(pinned.read_text()) == {"train_sha256": "a" * 64}

@@ -262,6 +262,10 @@ def distill(teachers: Sequence[str], data: str, out: Optional[str] = None,
                 "batch_size": batch_size, "shard_size": shard_size, "corpus": corpus_bin,
                 "bin": os.path.join(out, "bin"), "train_sentences": len(dataset),
                 "distilled_sentences": sentences,
+                # pins the corpus: students compared across seeds and machines must have
+                # trained on the same targets (budget's corpus snapshot checks it)
+                "train_sha256": checks.sha256(os.path.join(
+                    out, "text", f"train.{teacher.task.cfg.target_lang}")),
                 "skipped_source_too_long": {"sentences": len(dataset) - len(keep),
                                             "max_source_positions": limit},
                 "teacher_valid": valid_bleu(teacher, decode, post)}

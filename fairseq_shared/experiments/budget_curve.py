@@ -145,11 +145,15 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
     item = queue.Item(name, seed)
     stages = milestones.parse_milestones(budget["milestones"], budget["max_update"])
 
+    replaced: List[int] = []
+
     def commit(k: int, record: Dict) -> None:
         files = milestone_files(results, record)
+        again = "; trained again: the training of the record it replaces is lost" \
+            if k in replaced else ""
         if commit_repo and queue.uncommitted(files, commit_repo):
             queue.commit(files, f"budget: {item.id} at {k} updates (BLEU "
-                                f"{record['test']['bleu']:.2f})", commit_repo)
+                                f"{record['test']['bleu']:.2f}{again})", commit_repo)
 
     def at_milestone(k: int) -> Dict:
         record = milestone_record(run, item, k, data, budget, results, progress)
@@ -160,6 +164,13 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
     def done(k: int) -> Optional[Dict]:
         record = queue.read_json(milestone_path(results, name, seed, k))
+        if record and run_record.checkpoint_updates(run) < k:
+            # its training did not survive (another machine): this run starts again, and
+            # measures the milestone again rather than mix two trainings in one record
+            progress(f"[budget] {item.id}: the {k}-update milestone's training is lost "
+                     f"({run_record.checkpoint_updates(run)} updates here); it is measured again")
+            replaced.append(k)
+            return None
         if record:
             commit(k, record)  # written by a worker killed before its commit
         return record
@@ -177,6 +188,7 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
         kept = milestones.keep_weights(averaged_path(run, budget, upto),
                                        str(kept_model_path(work, name, seed)))
         return {"stopped_at": staged["stopped_at"], "average_of": average.pop("of"),
+                **({"milestones_trained_again": replaced} if replaced else {}),
                 "model_kept": os.path.abspath(kept),
                 "average_valid_loss": average.pop("valid_loss"),
                 "average_valid_nll_loss": average.pop("valid_nll_loss"),

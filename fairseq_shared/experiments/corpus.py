@@ -49,12 +49,43 @@ def training_bin(data: str, config_data: str = "raw") -> str:
     if config_data != "distilled":
         raise SystemExit(f"configuration data: {config_data!r}; allowed: "
                          f"{', '.join(TRAINING_DATA)}")
-    distilled = os.path.join(root or os.path.dirname(bin_dir), "distilled", "bin")
-    if not os.path.exists(os.path.join(os.path.dirname(distilled), "manifest.json")):
+    distilled = os.path.join(os.path.dirname(distilled_manifest(data)), "bin")
+    if not os.path.exists(distilled_manifest(data)):
         raise SystemExit(f"{distilled}: no distilled corpus (a configuration with data: "
                          f"distilled trains on it); write it with python -m "
                          f"fairseq_shared.cli.distill --teacher CKPT --data {data}")
     return distilled
+
+
+def distilled_manifest(data: str) -> str:
+    """The manifest of the teacher's distilled corpus of ``data`` (present once it is written)."""
+    from fairseq_shared.timing import resolve_data
+
+    bin_dir, root = resolve_data(data)
+    return os.path.join(root or os.path.dirname(bin_dir), "distilled", "manifest.json")
+
+
+def pin_distilled(data: str, results: str) -> List[Path]:
+    """Copy the distilled corpus's manifest to ``RESULTS/distilled/``, refusing a corpus whose
+    targets differ from the one pinned there (another teacher, or a decode that came out
+    otherwise on another machine): the seeds of a distilled row must share their data.
+    -> the copied manifest, or nothing when ``data`` has no distilled corpus."""
+    import json
+    import shutil
+
+    src, pinned = Path(distilled_manifest(data)), Path(results) / "distilled" / "manifest.json"
+    if not src.exists():
+        return []
+    new = json.loads(src.read_text()).get("train_sha256")
+    old = json.loads(pinned.read_text()).get("train_sha256") if pinned.exists() else None
+    if old and new != old:
+        raise SystemExit(f"--data {data}: the distilled corpus of {src} (train_sha256 {new}) "
+                         f"differs from {pinned} ({old}), which the distilled rows in {results} "
+                         "were trained on; use another --results directory, or move the "
+                         "distilled corpus away to train raw rows only")
+    pinned.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, pinned)
+    return [pinned]
 
 
 #: what :func:`snapshot_corpus` copies into ``RESULTS/corpus/``: the tables read the references
@@ -105,4 +136,4 @@ def snapshot_corpus(data: str, results: str) -> List[Path]:
     dst.mkdir(parents=True, exist_ok=True)
     for name, src in check_corpus(data, results).items():
         shutil.copyfile(src, dst / name)
-    return [dst / name for name in CORPUS_FILES]
+    return [dst / name for name in CORPUS_FILES] + pin_distilled(data, results)
