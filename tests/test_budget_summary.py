@@ -1,9 +1,12 @@
 """The README's answer table: each configuration's budget results joined with the frontier's
 size and speed of the same final models, in the README's order, from hand-made records."""
 
+import json
+
 import pytest
 
 from fairseq_shared.experiments.budget_summary import summary_table
+from fairseq_shared.experiments.frontier_report import later_runs
 from fairseq_shared.experiments.statistics import Difference
 
 
@@ -84,3 +87,35 @@ def test_a_later_frontier_run_fills_the_rows_the_first_lacks_with_its_own_anchor
     later[2]["settings"] = {"batch_sizes": [1, 32]}
     with pytest.raises(SystemExit, match="vanilla_2L_dec1_s1: a later frontier run's settings differ"):
         summary_table(finals, {}, None, first, None, later=[later])
+
+
+def test_each_later_frontier_run_is_one_boot_with_its_own_anchor(tmp_path):
+    """frontier_later/RUN/: one folder per later run, read apart so that each divides by the
+    vanilla timed in it; a folder mixing boots, or without vanilla, is refused by name."""
+    other = {"host": "h", "cpu_model": "c", "boot_id": "later"}
+    runs = {"2026-12-05": [frontier_record("vanilla_s1", 50, machine=other),
+                           frontier_record("vanilla_2L_dec1_s1", 80, machine=other)],
+            "2026-12-06": [frontier_record("vanilla_s1", 100),
+                           frontier_record("nodec_ffn_s1", 150)]}
+    for run, records in runs.items():
+        (tmp_path / run / "models").mkdir(parents=True)
+        for rec in records:
+            (tmp_path / run / "models" / f"{rec['model']}.json").write_text(json.dumps(rec))
+    later = later_runs(str(tmp_path))
+    by_model = lambda rs: sorted(rs, key=lambda r: r["model"])  # noqa: E731  (read by name)
+    assert later == {f"{tmp_path}/{run}": by_model(records) for run, records in runs.items()}
+    finals = {"vanilla": {1: final("vanilla", 1, 29.0)},
+              "nodec_ffn": {1: final("nodec_ffn", 1, 27.0)},
+              "vanilla_2L_dec1": {1: final("vanilla_2L_dec1", 1, 28.0, decoder_n=1)}}
+    rows = {line.split("`")[1]: line for line in summary_table(
+        finals, {}, None, [frontier_record("vanilla_s1", 70)], None,
+        later=list(later.values()))[2:]}
+    assert rows["vanilla_2L_dec1"].endswith("| 1.60 / - / - / - |")  # over its run's 50
+    assert rows["nodec_ffn"].endswith("| 1.50 / - / - / - |")  # over its run's 100
+    (tmp_path / "2026-12-06" / "models" / "vanilla_s1.json").unlink()
+    with pytest.raises(SystemExit, match=f"{tmp_path}/2026-12-06: no vanilla model timed in it"):
+        later_runs(str(tmp_path))
+    mixed = frontier_record("vanilla_s1", 100, machine=other)
+    (tmp_path / "2026-12-06" / "models" / "vanilla_s1.json").write_text(json.dumps(mixed))
+    with pytest.raises(SystemExit, match="2026-12-06: its records come from more than one"):
+        later_runs(str(tmp_path))

@@ -290,12 +290,12 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}
     frontier = frontier_report.load_records(str(out / "frontier"))
-    later = frontier_report.load_records(str(out / LATER_FRONTIER))
+    later = frontier_report.later_runs(str(out / LATER_FRONTIER))
     best = best_sets(finals, results, refs)
-    for folder, records in (("frontier", frontier), (LATER_FRONTIER, later)):
+    for folder, records in [(str(out / "frontier"), frontier), *later.items()]:
         if records:  # one command regenerates every table and plot of the suite
-            paths.update({f"{folder} {k}": v for k, v in frontier_report.render(
-                str(out / folder), best_set=best["bleu"]["set"]).items()})
+            paths.update({f"{Path(folder).relative_to(out)} {k}": v for k, v in
+                          frontier_report.render(folder, best_set=best["bleu"]["set"]).items()})
     summary = ["# Quality, training cost, size and decoding speed of the final models", "",
                "Rendered by `python -m fairseq_shared.cli.budget render` from `runs/*.json` "
                "(test BLEU and valid loss of the final averaged models), "
@@ -304,13 +304,14 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                "models decoding the whole test set: beam 4, one thread, CPU tokens/s over "
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
                "cost, wall clock and every model's row in `frontier/frontier.md`)"
-               + (f"; the models trained since, from `{LATER_FRONTIER}/models/*.json`, timed in "
-                  "a later run beside vanilla 3+3's two seeds with the same settings, so their "
-                  f"ratios stand beside the others (`{LATER_FRONTIER}/frontier.md`)"
+               + (f"; the models trained since, from `{LATER_FRONTIER}/RUN/models/*.json`, "
+                  "each run timed beside vanilla 3+3's two seeds with the same settings, so "
+                  f"their ratios stand beside the others (`{LATER_FRONTIER}/RUN/frontier.md`)"
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
-                              lookup["bleu"] if lookup else None, later=[later]), ""]
+                              lookup["bleu"] if lookup else None,
+                              later=list(later.values())), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:

@@ -27,6 +27,23 @@ def load_records(out: str) -> List[Dict]:
             for p in sorted(glob.glob(os.path.join(out, "models", "*.json")))]
 
 
+def later_runs(folder: str, anchor: str = ANCHOR) -> Dict[str, List[Dict]]:
+    """``{run folder: records}`` of the frontier runs made after the first, one folder each
+    under ``folder`` (``frontier_later/RUN/models/*.json``); each run must be one machine boot
+    with the anchor timed in it, since its ratios divide by that run's anchor."""
+    runs = {}
+    for run in sorted(p for p in Path(folder).glob("*") if (p / "models").is_dir()):
+        records, where = load_records(str(run)), f"{folder}/{run.name}"
+        if len({boot_key(r.get("machine")) for r in records}) > 1:
+            raise SystemExit(f"{where}: its records come from more than one machine boot; a "
+                             "later run's ratios need one (give each run its own folder)")
+        if not any(configuration(r["model"]) == anchor for r in records):
+            raise SystemExit(f"{where}: no {anchor} model timed in it; its ratios divide by "
+                             f"the run's own {anchor} (time it with --checkpoints)")
+        runs[where] = records
+    return runs
+
+
 def options(records: List[Dict]) -> List[Dict]:
     """One row per (model, engine) that ran: BLEU/chrF at the smallest batch size, speed and
     per-step cost at every batch size, bytes on disk."""
