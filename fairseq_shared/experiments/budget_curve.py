@@ -17,6 +17,7 @@ A budget without ``milestones`` (``evidence``: the papers' comparisons at 2,000 
 :data:`configs.CONFIGS` may be queued under it.
 """
 
+import glob
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -88,8 +89,9 @@ def milestone_path(results: str, name: str, seed: int, k: int) -> Path:
 
 def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, results: str,
                      progress) -> Dict:
-    """Decode the checkpoint at ``k`` updates; the milestone's record."""
-    checkpoint = milestones.checkpoint_at(run.dir, k) or run.checkpoint
+    """Decode the checkpoint kept at ``k`` updates (else the last); the milestone's record."""
+    found = sorted(glob.glob(os.path.join(run.dir, f"checkpoint_*_{k}.pt")))
+    checkpoint = found[-1] if found else run.checkpoint
     test = bleu_evaluation(data, budget, results, item.name, item.seed, progress,
                            checkpoint=checkpoint, hyps=f"_u{k}")(run, {})
     costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")), k)

@@ -190,7 +190,6 @@ def cpu_hours(name: str, by_seed: Dict[int, Dict[int, Dict]], updates: List[int]
 
 def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
          cpu_per_update: Optional[Dict[str, float]] = None) -> Optional[str]:
-    """The second panel's CPU-hours are :func:`cpu_hours`'s."""
     from fairseq_shared.plotting import pyplot
 
     if not stages:

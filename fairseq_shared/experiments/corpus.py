@@ -100,7 +100,6 @@ PINNED_FILES = ("test.ref", "source.dict.txt", "target.dict.txt")
 
 
 def corpus_sources(data: str) -> Dict[str, Path]:
-    """``{snapshot name: the corpus's file}`` for :data:`CORPUS_FILES`."""
     bin_dir, src, tgt, _ = corpus_paths(data)
     root = Path(data)
     return dict(zip(CORPUS_FILES, (root / "raw" / f"test.{tgt}", root / "audit.json",

@@ -16,7 +16,7 @@ are compared with fairseq's, sentence by sentence.
 import os
 import statistics
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 ENGINES = ("fairseq", "torchscript", "ct2_float32", "ct2_int8", "hf")
 EXACT = {"torchscript": True, "ct2_float32": True, "ct2_int8": False,  # claims identical output
@@ -44,16 +44,6 @@ def parse_checkpoints(spec: str) -> Dict[str, str]:
     if not out:
         raise ValueError("--checkpoints: no checkpoint given")
     return out
-
-
-def weights_bytes(model, path: str) -> int:
-    """Bytes of the model's weights saved by ``torch.save`` (tied tensors stored once): what a
-    fairseq or TorchScript deployment of this model ships, without optimizer state."""
-    import torch
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save(model.state_dict(), path)
-    return os.path.getsize(path)
 
 
 def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict,
@@ -222,8 +212,12 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
                          f"hypotheses but {cell['compared'] - cell['identical']} of "
                          f"{cell['compared']} differ (ids {cell['differing_ids'][:5]})")
         if "disk_bytes" not in record["engines"]["fairseq"]:
+            # the weights by torch.save (tied tensors stored once): what a fairseq or
+            # TorchScript deployment of this model ships, without optimizer state
             path = os.path.join(work, name, "weights.pt")
-            size = weights_bytes(runners["fairseq"].models[0], path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            torch.save(runners["fairseq"].models[0].state_dict(), path)
+            size = os.path.getsize(path)
             for engine in ("fairseq", "torchscript"):
                 record["engines"][engine].update(disk_bytes=size,
                                                  disk_file="torch.save(state_dict)")
@@ -239,10 +233,6 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
 #: the flags a record is measured with: a record with other settings is measured again
 SETTINGS = ("beam", "lenpen", "max_len_a", "max_len_b", "batch_sizes", "threads", "warmup",
             "repeats", "warmup_batches", "sentences", "subset", "engines", "verify_sentences")
-
-
-def settings_for(args) -> Dict:
-    return {k: getattr(args, k) for k in SETTINGS}
 
 
 def record_path(out: str, name: str) -> str:
@@ -268,9 +258,3 @@ def write_record(out: str, record: Dict) -> List[str]:
             paths.append(os.path.join(out, rel))
     write_result(Path(paths[0]), record)
     return paths
-
-
-def load_record(out: str, name: str) -> Optional[Dict]:
-    from fairseq_shared.experiments.queue import read_json
-
-    return read_json(Path(record_path(out, name)), strict=True)

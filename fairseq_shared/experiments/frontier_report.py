@@ -102,11 +102,6 @@ def boots(records: List[Dict]) -> List[str]:
     return lines
 
 
-def unavailable(records: List[Dict]) -> List[str]:
-    return [f"{rec['model']} {engine}: {e['reason']}" for rec in records
-            for engine, e in rec["engines"].items() if not e.get("batch") and e.get("reason")]
-
-
 def configuration(model: str) -> str:
     """Models named ``<configuration>_s<seed>`` are seeds of one configuration."""
     return re.sub(r"_s\d+$", "", model)
@@ -210,7 +205,6 @@ def speed_headers(records: List[Dict], anchor: str = ANCHOR) -> List[str]:
 
 
 def short_table(records: List[Dict], rows: List[Dict], anchor: str = ANCHOR) -> List[str]:
-    """One row per configuration: :func:`configuration_cells`."""
     head = ["configuration", "seeds", "parameters", "BLEU", "MB (fairseq / ct2_int8)",
             *speed_headers(records, anchor)]
     return markdown_table(head, ([name, c["seeds"], c["parameters"], c["bleu"], c["mb"],
@@ -270,7 +264,8 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         mb = r["disk_bytes"] / 1e6 if r.get("disk_bytes") else None
         lines.append(markdown_row([r["model"], r["engine"], fmt(r["bleu"], ".2f"),
                                    fmt(r["chrf"], ".2f"), fmt(mb, ".2f"), *cells, ident]))
-    missing = unavailable(records)
+    missing = [f"{rec['model']} {engine}: {e['reason']}" for rec in records
+               for engine, e in rec["engines"].items() if not e.get("batch") and e.get("reason")]
     if missing:
         lines += ["", "Not measured:", ""] + [f"- {m}" for m in missing]
     if choice:

@@ -16,7 +16,6 @@ one. Training runs in chunks that end where a stop could first happen (the best 
 ``patience`` intervals, or the next milestone), so it never trains past the stop.
 """
 
-import glob
 import math
 import os
 from typing import Callable, Dict, List, Optional, Sequence
@@ -112,12 +111,6 @@ def run_stages(run, milestones: Sequence[int], patience: int,
             break
     run.max_update = max(checkpoint_updates(run), 1)
     return {"milestones": records, "stopped_at": stopped}
-
-
-def checkpoint_at(run_dir: str, updates: int) -> Optional[str]:
-    """The kept interval checkpoint of ``run_dir`` at exactly ``updates`` updates."""
-    found = sorted(glob.glob(os.path.join(run_dir, f"checkpoint_*_{updates}.pt")))
-    return found[-1] if found else None
 
 
 def average_last(run_dir: str, n: int, upto: int, out: str) -> List[str]:

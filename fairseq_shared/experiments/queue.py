@@ -167,7 +167,6 @@ def commit(paths: Sequence[Path], message: str, repo: str, tries: int = 10) -> b
 
 
 def uncommitted(paths: Sequence[Path], repo: str) -> bool:
-    """Whether any of ``paths`` is untracked or differs from HEAD in ``repo``."""
     rel = [os.path.relpath(os.path.abspath(p), repo) for p in paths]
     out = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--", *rel],
                          capture_output=True, text=True)
@@ -175,7 +174,6 @@ def uncommitted(paths: Sequence[Path], repo: str) -> bool:
 
 
 def results_repository(results: str) -> str:
-    """The git repository that holds ``results`` (for ``--commit``)."""
     os.makedirs(results, exist_ok=True)
     top = subprocess.run(["git", "-C", results, "rev-parse", "--show-toplevel"],
                          capture_output=True, text=True)
@@ -210,7 +208,6 @@ class Suite:
 def work_pairs(suite: Suite, pairs: Sequence[Tuple[str, int]], data: str, work_dir: str,
                results: str, budget: str, overrides: Sequence[str] = (),
                commit_repo: Optional[str] = None, progress=print) -> List[str]:
-    """:func:`work` over ``(name, seed)`` items."""
     ctx = Context(data, work_dir, results, budget, overrides, progress, commit_repo)
     return work(suite, [Item(n, s) for n, s in pairs], ctx)
 

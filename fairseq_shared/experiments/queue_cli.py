@@ -56,14 +56,8 @@ def build_parser(cmd: Command) -> argparse.ArgumentParser:
     return p
 
 
-def context(cmd: Command, args, commit_repo: Optional[str] = None) -> queue.Context:
-    return queue.Context(args.data, args.work, args.results, args.budget, args.set,
-                         commit_repo=commit_repo)
-
-
-def print_plan(cmd: Command, args, items: Sequence[queue.Item]) -> None:
-    """Each item's state."""
-    ctx = context(cmd, args)
+def print_plan(args, items: Sequence[queue.Item]) -> None:
+    ctx = queue.Context(args.data, args.work, args.results, args.budget, args.set)
     states = [queue.state(item, ctx) for item in items]
     print(f"{sum(s == 'done' for s in states)}/{len(items)} finished:")
     for item, state in zip(items, states):
@@ -82,7 +76,7 @@ def main(cmd: Command, argv=None) -> int:
         if cmd.plan:
             cmd.plan(args, items)
         else:
-            print_plan(cmd, args, items)
+            print_plan(args, items)
         return 0
     from fairseq_shared.fairseq_commands import terminate_on_sigterm
 
@@ -93,7 +87,7 @@ def main(cmd: Command, argv=None) -> int:
     if changed:
         queue.commit(changed, f"{cmd.suite.tag}: corpus snapshot of {args.data} "
                      f"({', '.join(p.name for p in changed)})", repo)
-    ctx = context(cmd, args, repo)
+    ctx = queue.Context(args.data, args.work, args.results, args.budget, args.set, commit_repo=repo)
     finished = queue.work(cmd.suite, items, ctx)
     print(f"[{cmd.suite.tag}] this worker finished: {', '.join(finished) or 'nothing'}")
     failed = queue.failed_items(items, ctx)

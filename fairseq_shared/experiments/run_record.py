@@ -52,7 +52,6 @@ def train_run(run, ident: str, progress=print) -> Dict:
 
 
 def checkpoint_updates(run) -> int:
-    """Updates stored in ``run``'s ``checkpoint_last.pt`` (0 without one)."""
     return checkpoint_progress(run.checkpoint)["updates"] if os.path.exists(run.checkpoint) else 0
 
 

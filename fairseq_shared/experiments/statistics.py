@@ -173,7 +173,6 @@ def score_cells(runs: Sequence[Dict]) -> List[str]:
 
 
 def pending_line(label: str, columns: int) -> str:
-    """The table row of a configuration without runs yet."""
     return f"| {label} | not run yet |" + " |" * (columns - 2)
 
 

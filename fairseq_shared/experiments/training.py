@@ -180,8 +180,7 @@ def train(run: Run, progress, policy: Optional[str] = None) -> Dict:
     child left by a killed worker (its pid in the run directory) is killed first. ``policy``:
     the OpenMP wait policy (:func:`wait_policy`; default ``AUTO``)."""
     child.kill_orphan(run.dir)
-    state = run.state()
-    if state == "stale":
+    if run.state() == "stale":
         stale = f"{run.dir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
         progress(f"[train] {run.name}: training command changed; moving the old run "
                  f"to {stale}")

@@ -51,7 +51,7 @@ def plan(args, items):
               "valid loss")
     else:
         print(f"budget {budget['name']}: {budget['max_update']} updates, one stage")
-    print_plan(COMMAND, args, items)
+    print_plan(args, items)
     for item in items:
         done = sorted(budget_curve.milestone_path(args.results, item.name, item.seed, 0)
                       .parent.glob(f"{item.id}_u*.json"))

@@ -20,6 +20,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from fairseq_shared.cli.arg_types import non_negative_int, positive_int, positive_int_list
 from fairseq_shared.experiments.frontier import ENGINES
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper())
     args = build_parser().parse_args(argv)
     from fairseq_shared.experiments import frontier, frontier_report
-    from fairseq_shared.experiments.queue import commit, results_repository
+    from fairseq_shared.experiments.queue import commit, read_json, results_repository
     from fairseq_shared.timing.machine import boot_key, describe
 
     repo = results_repository(args.out) if args.commit and not args.render_only else None
@@ -90,10 +91,10 @@ def main(argv=None) -> int:
             print(f"ERROR: --warmup-batches {args.warmup_batches}: allowed an integer >= 1 "
                   "(or leave it out: warm up on every batch)", file=sys.stderr)
             return 2
-        settings = frontier.settings_for(args)
+        settings = {k: getattr(args, k) for k in frontier.SETTINGS}
         here = boot_key(describe())
         for name, path in checkpoints.items():
-            old = frontier.load_record(args.out, name)
+            old = read_json(Path(frontier.record_path(args.out, name)), strict=True)
             if old and old.get("settings") == settings and not args.redo:
                 if boot_key(old.get("machine")) == here:
                     print(f"[frontier] {name}: recorded with these settings; skipped",
