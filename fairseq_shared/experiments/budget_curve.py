@@ -99,8 +99,7 @@ def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, res
              if p["update"] <= k]
     point = next((p for p in curve if p["update"] == k), {})
     record = {"name": item.name, "seed": item.seed, "update": k, "params": run.params,
-              "valid_loss": point.get("valid_loss"),
-              "valid_nll_loss": point.get("valid_nll_loss"),
+              "valid_loss": point.get("valid_loss"), "valid_nll_loss": point.get("valid_nll_loss"),
               "train_seconds": point.get("train_seconds"),
               "train_cpu_seconds": round(sum(costs), 1) if costs else None,
               "cpu_estimated_updates": estimated, "checkpoint": os.path.basename(checkpoint),

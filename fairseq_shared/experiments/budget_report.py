@@ -25,8 +25,7 @@ from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.budget_curve import NAMES
 from fairseq_shared.experiments.budget_findings import (BASELINE, averaging_lines, best_lines,
                                                         best_sets, comparisons, crossover_lines,
-                                                        describe, method_note, pair_of,
-                                                        valid_curve)
+                                                        describe, method_note, pair_of, valid_curve)
 from fairseq_shared.experiments.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from fairseq_shared.experiments.budget_summary import summary_table, valid_losses, versus_cell
 from fairseq_shared.experiments.configs import BASELINES, load_budget
@@ -309,8 +308,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
-                              lookup["bleu"] if lookup else None,
-                              later=list(later.values())), ""]
+                              lookup["bleu"] if lookup else None, later=list(later.values())), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:
@@ -380,8 +378,7 @@ def render_equal_updates(results: str, audit: Dict, refs: List[str],
             "`training_cpu_seconds` in the run files), which other jobs on the machine do not "
             "inflate as they do wall time; runs that predate this record use wall seconds per "
             "update measured while two runs and other work shared the 2-core machine.", ""]
-    (out / "tables.md").write_text("\n".join(header) + "\n" + "\n".join(parts),
-                                   encoding="utf-8")
+    (out / "tables.md").write_text("\n".join(header) + "\n" + "\n".join(parts), encoding="utf-8")
     with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["config", "seed", "params", "updates", "training_seconds",

@@ -82,7 +82,6 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                fmt_seeds(losses, ".3f") if losses else "not measured",
                versus_cell(diff, "valid_loss", "+.3f"),
                f"{rate / base_rate:.2f}" if rate and base_rate else "-",
-               own.get("mb", "not measured"),
-               *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
+               own.get("mb", "not measured"), *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
         lines.append(markdown_row(row))
     return lines

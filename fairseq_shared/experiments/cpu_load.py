@@ -79,11 +79,10 @@ def load_warning(busy: float, cpus: int, threads: int) -> Optional[str]:
     free = free_cores(busy, cpus)
     if free >= threads:
         return None
-    return (f"load: {busy:.1f} of {cpus} cores busy before training; the trainer's "
-            f"{threads} threads get {free} free core{'s' if free != 1 else ''}, so they sleep at "
-            f"barriers (OMP_WAIT_POLICY=PASSIVE); expect about "
-            f"{fair_slowdown(busy, cpus, threads):.1f}x the seconds per update of an idle "
-            "machine")
+    return (f"load: {busy:.1f} of {cpus} cores busy before training; the trainer's {threads} "
+            f"threads get {free} free core{'s' if free != 1 else ''}, so they sleep at barriers "
+            f"(OMP_WAIT_POLICY=PASSIVE); expect about {fair_slowdown(busy, cpus, threads):.1f}x "
+            "the seconds per update of an idle machine")
 
 
 def sample_busy_cores(seconds: float = SAMPLE_SECONDS,

@@ -30,8 +30,7 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
                                        "warmup_passes", "warmup_batches", "max_len_a",
                                        "max_len_b", "decode_threads", "device")}
     key_src = json.dumps({"settings": settings, "ckpts": {
-        n: [p, os.path.getmtime(p), os.path.getsize(p)] for n, p in ckpts.items()}},
-        sort_keys=True)
+        n: [p, os.path.getmtime(p), os.path.getsize(p)] for n, p in ckpts.items()}}, sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
     ddir = os.path.join(out, "decode")
     done = Path(ddir) / "done.json"
@@ -45,8 +44,7 @@ def decode_all(ckpts: Dict[str, str], budget: Dict, data: str, out: str, progres
     report = timing.benchmark(
         ckpts, data, decode_args(budget), baseline=baseline, warmup=budget["warmup_passes"],
         warmup_batches=budget["warmup_batches"], repeats=budget["repeats"],
-        subset=budget["subset"], threads=budget["decode_threads"], progress=progress,
-    )
+        subset=budget["subset"], threads=budget["decode_threads"], progress=progress)
     timing.write_report(report, ddir)
     write_result(done, {"key": key})
     return report.to_json()
@@ -85,9 +83,8 @@ def decode_test(checkpoint: str, data: str, budget: Dict, label: str, hyp_path: 
     from fairseq_shared import timing
     from fairseq_shared.data.scoring import score
 
-    report = timing.benchmark({label: checkpoint}, data, decode_args(budget),
-                              warmup=0, repeats=1, threads=budget["decode_threads"],
-                              progress=progress)
+    report = timing.benchmark({label: checkpoint}, data, decode_args(budget), warmup=0,
+                              repeats=1, threads=budget["decode_threads"], progress=progress)
     res = report.models[0]
     hyp_path.parent.mkdir(parents=True, exist_ok=True)
     hyp_path.write_text("".join(h + "\n" for h in res.hypotheses), encoding="utf-8")

@@ -88,8 +88,7 @@ def _engines(name, checkpoint, data, settings, export_info, hf_info=None):
         runners["torchscript"] = "not asked for (--engines)"
     else:
         try:
-            scripted = Session(data, checkpoint, args, subset=subset, threads=threads,
-                               script=True)
+            scripted = Session(data, checkpoint, args, subset=subset, threads=threads, script=True)
             runners["torchscript"] = scripted.load(name, checkpoint)
             sessions.append(scripted)
         except Exception as e:  # noqa: BLE001  (a model TorchScript cannot compile: say why)
@@ -123,18 +122,15 @@ def _cell(passes, outputs, session, refs, eager_outputs, eager_trace, engine) ->
     last = passes[-1]
     hyps = detokenize(session, outputs)
     s = score(hyps, refs, digits=None)
-    cell = {
-        "sentences": last.sentences, "tokens": last.tokens,
-        "cpu_seconds": [p.cpu_seconds for p in passes],
-        "wall_seconds": [p.gen_seconds for p in passes],
-        "threads": [p.threads for p in passes],
-        # rates from the median pass time, so tok/s and ms/step read the same passes
-        "cpu_tokens_per_s": last.tokens / _median([p.cpu_seconds for p in passes]),
-        "wall_tokens_per_s": last.tokens / _median([p.gen_seconds for p in passes]),
-        "bleu": s["bleu"], "chrf": s["chrf"],
-        "bleu_signature": s["bleu_signature"], "chrf_signature": s["chrf_signature"],
-        "hypotheses": hyps,
-    }
+    cell = {"sentences": last.sentences, "tokens": last.tokens,
+            "cpu_seconds": [p.cpu_seconds for p in passes],
+            "wall_seconds": [p.gen_seconds for p in passes], "threads": [p.threads for p in passes],
+            # rates from the median pass time, so tok/s and ms/step read the same passes
+            "cpu_tokens_per_s": last.tokens / _median([p.cpu_seconds for p in passes]),
+            "wall_tokens_per_s": last.tokens / _median([p.gen_seconds for p in passes]),
+            "bleu": s["bleu"], "chrf": s["chrf"],
+            "bleu_signature": s["bleu_signature"], "chrf_signature": s["chrf_signature"],
+            "hypotheses": hyps}
     trace, source = last.trace, "decode trace"
     if trace is None and engine == "torchscript" and outputs == eager_outputs:
         trace, source = eager_trace, "the fairseq trace (identical hypotheses: the same search)"
@@ -205,8 +201,7 @@ def measure_model(name: str, checkpoint: str, data: str, work: str, settings: Di
         eager_trace = passes["fairseq"][-1].trace
         for engine, _ in live:
             cell = record["engines"][engine]["batch"][str(bs)] = _cell(
-                passes[engine], first[engine], session, refs, first["fairseq"], eager_trace,
-                engine)
+                passes[engine], first[engine], session, refs, first["fairseq"], eager_trace, engine)
             if cell.get("exact_ok") is False:
                 progress(f"[frontier] WARNING {name} b={bs} {engine}: claims fairseq's "
                          f"hypotheses but {cell['compared'] - cell['identical']} of "

@@ -121,14 +121,12 @@ def by_configuration(rows: List[Dict]) -> List[Dict]:
         sizes = sorted({bs for r in seeds for bs in r["batch"]}, key=int)
         boots_ = {r.get("boot") for r in seeds}
         speed = mean if len(boots_) == 1 else (lambda xs: None)
-        out.append({
-            "model": config, "engine": engine, "bleu": mean([r["bleu"] for r in seeds]),
-            "bleu_seeds": [r["bleu"] for r in seeds],
-            "boot": boots_.pop() if len(boots_) == 1 else ("several boots", config),
-            "disk_bytes": mean([r.get("disk_bytes") for r in seeds]),
-            "batch": {bs: {"cpu_tokens_per_s": speed([r["batch"].get(bs, {}).get(
-                "cpu_tokens_per_s") for r in seeds])} for bs in sizes},
-        })
+        out.append({"model": config, "engine": engine, "bleu": mean([r["bleu"] for r in seeds]),
+                    "bleu_seeds": [r["bleu"] for r in seeds],
+                    "boot": boots_.pop() if len(boots_) == 1 else ("several boots", config),
+                    "disk_bytes": mean([r.get("disk_bytes") for r in seeds]),
+                    "batch": {bs: {"cpu_tokens_per_s": speed([r["batch"].get(bs, {}).get(
+                        "cpu_tokens_per_s") for r in seeds])} for bs in sizes}})
     return out
 
 
@@ -224,11 +222,10 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
     machines = boots(records)
     lines = [
         "# Speed / size / quality frontier", "",
-        f"Rendered from `models/*.json` by `{command}`."
-        f" Each model: the `{st['subset']}` set ({records[0].get('sentences')} sentences), beam "
-        f"{st['beam']}, lenpen {st['lenpen']}, max length {st['max_len_a']} x source + "
-        f"{st['max_len_b']}, {st['threads']} thread, batch sizes {', '.join(sizes)}; "
-        f"{st['warmup']} warm-up"
+        f"Rendered from `models/*.json` by `{command}`. Each model: the `{st['subset']}` set "
+        f"({records[0].get('sentences')} sentences), beam {st['beam']}, lenpen {st['lenpen']}, max "
+        f"length {st['max_len_a']} x source + {st['max_len_b']}, {st['threads']} thread, batch "
+        f"sizes {', '.join(sizes)}; {st['warmup']} warm-up"
         + (f" (the longest {st['warmup_batches']} batches)" if st.get("warmup_batches") else "")
         + f" + {st['repeats']} timed passes per engine, interleaved across "
         "the model's engines. tok/s: output tokens (EOS included) per second of CPU time "
@@ -272,8 +269,7 @@ def markdown(records: List[Dict], rows: List[Dict], choice: Optional[Dict],
         lines += ["", f"## Which to pick ({choice['rule']})", "",
                   "Models named `<configuration>_s<seed>` count as one configuration: its BLEU, "
                   "speed and size are the means over its seeds (each seed's BLEU in brackets).", "",
-                  f"- best BLEU: {choice['best_bleu']['option']} "
-                  f"({_bleu(choice['best_bleu'])})"]
+                  f"- best BLEU: {choice['best_bleu']['option']} ({_bleu(choice['best_bleu'])})"]
         if "fastest_refused" in choice:
             lines.append(f"- fastest: not given: {choice['fastest_refused']}")
         for bs, f in choice["fastest"].items():
@@ -352,8 +348,7 @@ def render(out: str, anchor: str = ANCHOR,
     choice = pick(by_configuration(rows), best_set=best_set)
     paths = {"md": os.path.join(out, "frontier.md"), "pick": os.path.join(out, "pick.json")}
     command = RENDER_ONLY if best_set is None else "python -m fairseq_shared.cli.budget render"
-    Path(paths["md"]).write_text(markdown(records, rows, choice, anchor, command),
-                                 encoding="utf-8")
+    Path(paths["md"]).write_text(markdown(records, rows, choice, anchor, command), encoding="utf-8")
     Path(paths["pick"]).write_text(json.dumps(choice, indent=1), encoding="utf-8")
     plotted = plots(by_configuration(rows), out) if rows else []
     return {**paths, **{os.path.basename(p): p for p in plotted}}

@@ -134,4 +134,3 @@ def keep_weights(checkpoint: str, out: str) -> str:
     state.pop("last_optimizer_state", None)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     return checkpoint_io.save(state, out)
-

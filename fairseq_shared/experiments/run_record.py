@@ -62,22 +62,19 @@ def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], D
     info = train_run(run, item.id, progress)
     costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
                                       info["updates"])
-    result = {
-        "name": item.name, "seed": item.seed, "label": label, "arch": run.arch,
-        "strategy": run.strategy, "scope": run.scope, "N": run.N, "M": run.M,
-        "params": run.params, "updates": info["updates"],
-        "training_seconds": info["training_seconds"],
-        "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
-        "train_wps": info.get("train_wps"),
-        # CPU seconds of the training process tree: not inflated by other jobs (cpu_clock)
-        "training_cpu_seconds": round(sum(costs), 1) if costs else None,
-        "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
-        "cpu_estimated_updates": estimated,
-        "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
-        "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
-        "budget": dict(run.budget),
-        "train_command": run.train_command()[1:],
-    }
+    result = {"name": item.name, "seed": item.seed, "label": label, "arch": run.arch,
+              "strategy": run.strategy, "scope": run.scope, "N": run.N, "M": run.M,
+              "params": run.params, "updates": info["updates"],
+              "training_seconds": info["training_seconds"],
+              "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
+              "train_wps": info.get("train_wps"),
+              # CPU seconds of the training process tree: not inflated by other jobs (cpu_clock)
+              "training_cpu_seconds": round(sum(costs), 1) if costs else None,
+              "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
+              "cpu_estimated_updates": estimated,
+              "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
+              "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
+              "budget": dict(run.budget), "train_command": run.train_command()[1:]}
     result.update(evaluate(run, result))
     return result
 
@@ -95,7 +92,6 @@ def run_item(name: str, seed: int, data: str, work: str, results: str, budget_na
                         bleu_evaluation(data, budget, results, name, seed, progress), progress)
     result.update({"tables": config.get("tables", []), "decoder_N": run.dec_N,
                    "data": os.path.abspath(data), "run_dir": os.path.abspath(run.dir)})
-    progress(f"[run] {item.id}: {result['updates']} updates, valid loss "
-             f"{result['valid_loss']}, test BLEU {result['test']['bleu']:.2f} chrF "
-             f"{result['test']['chrf']:.2f}")
+    progress(f"[run] {item.id}: {result['updates']} updates, valid loss {result['valid_loss']}, "
+             f"test BLEU {result['test']['bleu']:.2f} chrF {result['test']['chrf']:.2f}")
     return result

@@ -57,8 +57,7 @@ class Run:
         cmd = fairseq_command(
                "train", training_bin(self.data, self.config.get("data", "raw")),
                "--task", "translation", "--source-lang", src, "--target-lang", tgt,
-               *self.model_flags(),
-               "--dropout", str(b["dropout"]),
+               *self.model_flags(), "--dropout", str(b["dropout"]),
                "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
                "--lr", str(b["lr"]), "--lr-scheduler", "inverse_sqrt",
                "--warmup-updates", str(b["warmup_updates"]), "--warmup-init-lr", "1e-07",
@@ -152,8 +151,7 @@ def make_plan(configs: List[Dict], budget: Dict, data: str, out: str,
     return runs
 
 
-def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict,
-             progress=print) -> Run:
+def plan_run(config: Dict, seed: int, data: str, work: str, budget: Dict, progress=print) -> Run:
     """The :class:`Run` of ``config`` with ``seed``, under ``WORK/runs_s<seed>/<name>`` (its
     parameters counted)."""
     return make_plan([config], budget, data, os.path.join(work, f"out_s{seed}"),

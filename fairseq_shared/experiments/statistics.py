@@ -124,8 +124,7 @@ def test_sampling_variance(a: Sequence[Sequence[Sequence[int]]],
     deltas = []
     for _ in range(samples):
         ids = rng.integers(0, n, n)
-        scores = [bleu._compute_score_from_stats(x[ids].sum(axis=0).tolist()).score
-                  for x in arrays]
+        scores = [bleu._compute_score_from_stats(x[ids].sum(axis=0).tolist()).score for x in arrays]
         deltas.append(statistics.mean(scores[len(a):]) - statistics.mean(scores[:len(a)]))
     return statistics.variance(deltas)
 
@@ -208,8 +207,7 @@ def compare_bleu(base: Sequence[Dict], runs: Sequence[Dict], pooled: Tuple[Optio
                    test_sampling_variance(*stats))
 
 
-def paired_by_seed(base: List[Dict], runs: List[Dict], results: str,
-                   refs: List[str]) -> List[Dict]:
+def paired_by_seed(base: List[Dict], runs: List[Dict], results: str, refs: List[str]) -> List[Dict]:
     """Each run against the base run with its seed: the BLEU and chrF deltas and the paired
     bootstrap's p-values (runs without a base of their seed are left out)."""
     by_seed = {b["seed"]: b for b in base}

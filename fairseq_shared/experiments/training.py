@@ -50,15 +50,13 @@ def parse_train_log(path: str) -> Dict:
           [float(r["train_wps"]) for r in epochs if "train_wps" in r]
     ups = [float(r["ups"]) for r in inner[1:] if "ups" in r] or \
           [float(r["train_ups"]) for r in epochs if "train_ups" in r]
-    return {
-        "train_wps": statistics.median(wps) if wps else None,
-        "train_ups": statistics.median(ups) if ups else None,
-        "updates": max((int(float(r.get("num_updates", r.get("train_num_updates", 0))))
-                        for r in inner + epochs), default=0),
-        "valid_loss": float(valids[-1]["valid_loss"]) if valids else None,
-        "valid_nll_loss": float(valids[-1]["valid_nll_loss"]) if valids and
-        "valid_nll_loss" in valids[-1] else None,
-    }
+    return {"train_wps": statistics.median(wps) if wps else None,
+            "train_ups": statistics.median(ups) if ups else None,
+            "updates": max((int(float(r.get("num_updates", r.get("train_num_updates", 0))))
+                            for r in inner + epochs), default=0),
+            "valid_loss": float(valids[-1]["valid_loss"]) if valids else None,
+            "valid_nll_loss": float(valids[-1]["valid_nll_loss"]) if valids and
+            "valid_nll_loss" in valids[-1] else None}
 
 
 def checkpoint_progress(path: str) -> Dict:
@@ -182,8 +180,7 @@ def train(run: Run, progress, policy: Optional[str] = None) -> Dict:
     child.kill_orphan(run.dir)
     if run.state() == "stale":
         stale = f"{run.dir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-        progress(f"[train] {run.name}: training command changed; moving the old run "
-                 f"to {stale}")
+        progress(f"[train] {run.name}: training command changed; moving the old run to {stale}")
         shutil.move(run.dir, stale)
     os.makedirs(run.dir, exist_ok=True)
     cmd, key = run.train_command(), run.key()

@@ -46,9 +46,8 @@ def plan(args, items):
     budget = load_budget(args.budget, args.set)
     if budget.get("milestones"):
         print(f"budget {budget['name']}: milestones {budget['milestones']}, at most "
-              f"{budget['max_update']} updates, early stop after {budget['patience']} "
-              f"validations (every {budget['save_interval_updates']} updates) without a better "
-              "valid loss")
+              f"{budget['max_update']} updates, early stop after {budget['patience']} validations "
+              f"(every {budget['save_interval_updates']} updates) without a better valid loss")
     else:
         print(f"budget {budget['name']}: {budget['max_update']} updates, one stage")
     print_plan(args, items)
@@ -98,8 +97,7 @@ def rates(args) -> int:
 
 
 COMMAND = Command(
-    budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget",
-    budget="budget_curve",
+    budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget", budget="budget_curve",
     items=lambda args: [queue.Item(n, s)
                         for n, s in budget_curve.parse_queue(args.queue, args.budget)],
     render=render, plan=plan, prepare=lambda args: snapshot_corpus(args.data, args.results),

@@ -34,12 +34,9 @@ from fairseq_shared.experiments import queue
 from fairseq_shared.experiments.corpus import corpus_ready
 
 ENV = {  # flag -> (environment variable, budget key, type)
-    "dim": ("FS_DIM", "dim", int),
-    "layers": ("FS_LAYERS", "L", int),
-    "updates": ("FS_UPDATES", "max_update", int),
-    "minutes": ("FS_MINUTES", "max_minutes", float),
-    "threads": ("FS_THREADS", "threads", int),
-    "max_tokens": ("FS_MAX_TOKENS", "max_tokens", int),
+    "dim": ("FS_DIM", "dim", int), "layers": ("FS_LAYERS", "L", int),
+    "updates": ("FS_UPDATES", "max_update", int), "minutes": ("FS_MINUTES", "max_minutes", float),
+    "threads": ("FS_THREADS", "threads", int), "max_tokens": ("FS_MAX_TOKENS", "max_tokens", int),
     "decode_sentences": ("FS_DECODE_SENTENCES", "subset", int),
     "repeats": ("FS_REPEATS", "repeats", int),
     "decode_threads": ("FS_DECODE_THREADS", "decode_threads", int),
@@ -54,9 +51,8 @@ def build_parser():
                    help="budget preset (experiments.configs.BUDGETS) the values below start from (default demo)")
     p.add_argument("--work", default=os.environ.get("FS_WORK", "work"),
                    help="work directory (corpus in <work>/bible, runs in <work>/main_job)")
-    p.add_argument("--data", default=None,
-                   help="use this prepared corpus (bin/, raw/, spm.model) instead of building "
-                   "the Bible corpus")
+    p.add_argument("--data", default=None, help="use this prepared corpus (bin/, raw/, spm.model) "
+                   "instead of building the Bible corpus")
     for flag, (env, key, typ) in ENV.items():
         p.add_argument(f"--{flag.replace('_', '-')}", type=typ, default=None,
                        help=f"budget '{key}' (env {env})")
@@ -126,8 +122,7 @@ SUITE = queue.Suite("main_job", run=train_item,
 def train_models(data: str, out: str, budget: Dict, progress=print) -> Dict[str, Dict]:
     """Stage 3 on the run queue: ``{name: record}`` of vanilla and cycle_rev (a model with a
     record is skipped; a killed training resumes)."""
-    ctx = queue.Context(data, out, out, budget["name"], progress=progress,
-                        extra={"budget": budget})
+    ctx = queue.Context(data, out, out, budget["name"], progress=progress, extra={"budget": budget})
     todo = items(out, int(budget["seed"]))
     for item in todo:
         done = queue.read_json(queue.result_path(out, item.name, item.seed))
