@@ -12,7 +12,8 @@ RESULTS = ROOT / "results"
 RESULT_PAGES = sorted(RESULTS.glob("**/README.md"))  # the index, each folder's, the archive's
 BUDGET = RESULTS / "bible_budget"
 #: Where the README's headline numbers are written: the rendered files of the current answer.
-HEADLINE_HOMES = [BUDGET / "summary.md", BUDGET / "tables.md", BUDGET / "frontier" / "frontier.md"]
+HEADLINE_HOMES = [BUDGET / "summary.md", BUDGET / "tables.md", BUDGET / "frontier" / "frontier.md",
+                  *sorted(BUDGET.glob("frontier_later/*/frontier.md"))]
 #: The model binaries main keeps (results/README.md, "Model binaries"); no other is added.
 COMMITTED_MODELS = sorted(
     [f"bible_budget/models/{m}.pt" for m in (
