@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fairseq_shared.experiments.budget_summary import summary_table
+from fairseq_shared.experiments.budget_summary import speed_cells, summary_table
 from fairseq_shared.experiments.frontier_report import later_runs
 from fairseq_shared.experiments.statistics import Difference
 
@@ -119,3 +119,21 @@ def test_each_later_frontier_run_is_one_boot_with_its_own_anchor(tmp_path):
     (tmp_path / "2026-12-06" / "models" / "vanilla_s1.json").write_text(json.dumps(mixed))
     with pytest.raises(SystemExit, match="2026-12-06: its records come from more than one"):
         later_runs(str(tmp_path))
+
+
+def test_a_model_timed_in_two_later_runs_gets_their_mean_and_a_note_giving_each():
+    """The same pair of models read in two runs is two measurements of one ratio: the table shows
+    their mean, the note each run's, and frontier/'s own models keep frontier/'s ratio."""
+    first = [frontier_record("vanilla_s1", 100), frontier_record("nodec_ffn_s1", 150)]
+    boot = lambda b: {"host": "h", "cpu_model": "c", "boot_id": b}  # noqa: E731
+    later = {"x/2026-12-05": [frontier_record("vanilla_s1", 100, machine=boot("a")),
+                              frontier_record("nodec_ffn_s1", 50, machine=boot("a")),
+                              frontier_record("vanilla_distilled_s1", 90, 600, machine=boot("a"))],
+             "x/2026-12-05b": [frontier_record("vanilla_s1", 50, machine=boot("b")),
+                               frontier_record("vanilla_distilled_s1", 55, machine=boot("b"))]}
+    cells, notes = speed_cells(first, later)
+    assert cells["nodec_ffn"]["speed"]["1"] == "1.50 / - / - / -"  # frontier/'s, not 0.50
+    assert cells["vanilla_distilled"]["ratios"]["1"][0] == pytest.approx((0.9 + 1.1) / 2)
+    assert cells["vanilla_distilled"]["speed"]["1"] == "1.00 / - / - / -"  # int8 in one run only
+    assert notes == ["`vanilla_distilled`'s speed cells are the means of 2 later runs: "
+                     "b=1 0.90 / - / - / 6.00 (`2026-12-05`); b=1 1.10 / - / - / - (`2026-12-05b`)."]

@@ -2,7 +2,9 @@
 what the budget measured of its final models with what the frontier measured of the same final
 models."""
 
-from typing import Dict, List, Optional, Sequence
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.statistics import (fmt_difference, fmt_seeds, markdown_row,
@@ -38,6 +40,45 @@ def versus_cell(diffs: Dict, key: str, spec: str = "+.2f") -> str:
     return "; ".join(cells) or "-"
 
 
+def speed_cells(frontier: List[Dict], later: Union[Sequence[List[Dict]], Dict[str, List[Dict]]],
+                baseline: str = "vanilla") -> Tuple[Dict[str, Dict], List[str]]:
+    """``({configuration: its frontier cells}, notes)``. ``frontier``'s cells stand for its own
+    models, all timed in one boot. ``later`` (``{run folder: records}``, or a list of records),
+    each run timed beside the baseline with the same settings, fills the configurations
+    ``frontier`` lacks, each ratio over the baseline of its own run; a configuration timed in
+    several later runs gets the mean of its runs' ratios, and a note gives each run's, since a
+    run on this shared machine moves a ratio by up to about a fifth."""
+    runs = dict(later) if isinstance(later, dict) else {f"later run {i + 1}": r
+                                                          for i, r in enumerate(later)}
+    for rec in (rec for run in runs.values() for rec in run if frontier):
+        if rec["settings"] != frontier[0]["settings"]:
+            raise SystemExit(f"{rec['model']}: a later frontier run's settings differ from "
+                             f"frontier/'s ({rec['settings']} against "
+                             f"{frontier[0]['settings']}); its ratios would not stand beside them")
+    cells = (frontier_report.configuration_cells(frontier, frontier_report.options(frontier),
+                                                 baseline) if frontier else {})
+    timed: Dict[str, List[Tuple[str, Dict]]] = {}
+    for folder, run in ((f, r) for f, r in runs.items() if r):
+        for name, cell in frontier_report.configuration_cells(
+                run, frontier_report.options(run), baseline).items():
+            if name not in cells:
+                timed.setdefault(name, []).append((folder, cell))
+    notes = []
+    for name, got in timed.items():
+        cell = dict(got[0][1], speed={}, ratios={})
+        for bs in got[0][1]["ratios"]:
+            per_engine = zip(*(c["ratios"].get(bs, [None] * len(frontier_report.SHORT_ENGINES)) for _, c in got))
+            cell["ratios"][bs] = [statistics.mean(xs) if None not in xs else None
+                                  for xs in per_engine]
+            cell["speed"][bs] = frontier_report.speed_cell(cell["ratios"][bs])
+        cells[name] = cell
+        if len(got) > 1 and name != baseline:
+            notes.append(f"`{name}`'s speed cells are the means of {len(got)} later runs: "
+                         + "; ".join(", ".join(f"b={bs} {v}" for bs, v in c["speed"].items())
+                                     + f" (`{Path(folder).name}`)" for folder, c in got) + ".")
+    return cells, notes
+
+
 def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla",
@@ -45,18 +86,8 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
     """``finals``: {configuration: {seed: final record}}; ``versus``:
     :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
     None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet; ``later``:
-    the records of later frontier runs (each timed the baseline's first seed beside the models
-    trained since, with the same settings), whose ratios fill the rows ``frontier`` lacks."""
-    cells, sizes, speeds = {}, [None], ["decoding speed"]
-    for rec in (rec for run in later for rec in run if frontier):
-        if rec["settings"] != frontier[0]["settings"]:
-            raise SystemExit(f"{rec['model']}: a later frontier run's settings differ from "
-                             f"frontier/'s ({rec['settings']} against "
-                             f"{frontier[0]['settings']}); its ratios would not stand beside them")
-    for run in ([frontier] if frontier else []) + [r for r in later if r]:
-        for name, cell in frontier_report.configuration_cells(
-                run, frontier_report.options(run), baseline).items():
-            cells.setdefault(name, cell)
+    the records of later frontier runs (:func:`speed_cells`)."""
+    cells, sizes, speeds = speed_cells(frontier, later, baseline)[0], [None], ["decoding speed"]
     if frontier:
         sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]
         speeds = frontier_report.speed_headers(frontier, baseline)

@@ -174,7 +174,7 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
                         anchor: str = ANCHOR) -> Dict[str, Dict[str, str]]:
     """Per configuration (:func:`by_configuration`, means over seeds), in the records' order, the
     cells of its row; under ``"speed"``, per batch size, each of :data:`SHORT_ENGINES`' CPU speed
-    over the anchor configuration's eager fairseq."""
+    over the anchor configuration's eager fairseq (the numbers under ``"ratios"``)."""
     sizes = [str(b) for b in records[0]["settings"]["batch_sizes"]]
     configs = by_configuration(rows)
     ratios = speed_ratios(configs, configuration(anchor))
@@ -188,11 +188,17 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
         out[name] = {"seeds": str(len(own["bleu_seeds"])) if own else "-",
                      "parameters": f"{params[name]:,}" if params.get(name) else "-",
                      "bleu": _bleu(own) if own else "-",
-                     "mb": f"{mb('fairseq')} / {mb('ct2_int8')}", "speed": {}}
+                     "mb": f"{mb('fairseq')} / {mb('ct2_int8')}", "speed": {}, "ratios": {}}
         for bs in sizes:
             got = [ratios.get((name, e), {}).get(bs) for e in SHORT_ENGINES]
-            out[name]["speed"][bs] = " / ".join(f"{x:.2f}" if x else "-" for x in got)
+            out[name]["ratios"][bs] = got
+            out[name]["speed"][bs] = speed_cell(got)
     return out
+
+
+def speed_cell(ratios: List[Optional[float]]) -> str:
+    """One batch size's ratios, one per :data:`SHORT_ENGINES` engine ("-" where not measured)."""
+    return " / ".join(f"{x:.2f}" if x else "-" for x in ratios)
 
 
 def speed_headers(records: List[Dict], anchor: str = ANCHOR) -> List[str]:
