@@ -79,14 +79,14 @@ def test_a_later_frontier_run_fills_the_rows_the_first_lacks_with_its_own_anchor
     later = [frontier_record("vanilla_s1", 50, machine=other),
              frontier_record("nodec_ffn_s1", 50, machine=other),
              frontier_record("vanilla_2L_dec1_s1", 80, machine=other)]
-    lines = summary_table(finals, {}, None, first, None, later=[later])
+    lines = summary_table(finals, {}, None, first, None, later={"later": later})
     rows = {line.split("`")[1]: line for line in lines[2:]}
     assert rows["vanilla"].endswith("| 1.00 / - / - / - |")
     assert rows["nodec_ffn"].endswith("| 1.50 / - / - / - |")  # the first run's, not 1.00
     assert rows["vanilla_2L_dec1"].endswith("| 1.60 / - / - / - |")  # 80 / the later vanilla's 50
     later[2]["settings"] = {"batch_sizes": [1, 32]}
     with pytest.raises(SystemExit, match="vanilla_2L_dec1_s1: a later frontier run's settings differ"):
-        summary_table(finals, {}, None, first, None, later=[later])
+        summary_table(finals, {}, None, first, None, later={"later": later})
 
 
 def test_each_later_frontier_run_is_one_boot_with_its_own_anchor(tmp_path):
@@ -109,7 +109,7 @@ def test_each_later_frontier_run_is_one_boot_with_its_own_anchor(tmp_path):
               "vanilla_2L_dec1": {1: final("vanilla_2L_dec1", 1, 28.0, decoder_n=1)}}
     rows = {line.split("`")[1]: line for line in summary_table(
         finals, {}, None, [frontier_record("vanilla_s1", 70)], None,
-        later=list(later.values()))[2:]}
+        later=later)[2:]}
     assert rows["vanilla_2L_dec1"].endswith("| 1.60 / - / - / - |")  # over its run's 50
     assert rows["nodec_ffn"].endswith("| 1.50 / - / - / - |")  # over its run's 100
     (tmp_path / "2026-12-06" / "models" / "vanilla_s1.json").unlink()

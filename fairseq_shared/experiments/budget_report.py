@@ -27,8 +27,7 @@ from fairseq_shared.experiments.budget_findings import (BASELINE, averaging_line
                                                         best_sets, comparisons, crossover_lines,
                                                         describe, method_note, pair_of, valid_curve)
 from fairseq_shared.experiments.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
-from fairseq_shared.experiments.budget_summary import (speed_cells, summary_table, valid_losses,
-                                                       versus_cell)
+from fairseq_shared.experiments.budget_summary import summary_table, valid_losses, versus_cell
 from fairseq_shared.experiments.configs import BASELINES, load_budget
 from fairseq_shared.experiments.statistics import (compare_bleu, cost_per_update, fmt_difference,
                                                    fmt_paired, fmt_seeds, load_runs, lookup_lines,
@@ -309,8 +308,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
-                              lookup["bleu"] if lookup else None, later=later), "",
-               *(f"{note}\n" for note in speed_cells(frontier, later)[1])]
+                              lookup["bleu"] if lookup else None, later=later), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:

@@ -4,7 +4,7 @@ models."""
 
 import statistics
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_shared.experiments import frontier_report
 from fairseq_shared.experiments.statistics import (fmt_difference, fmt_seeds, markdown_row,
@@ -40,17 +40,15 @@ def versus_cell(diffs: Dict, key: str, spec: str = "+.2f") -> str:
     return "; ".join(cells) or "-"
 
 
-def speed_cells(frontier: List[Dict], later: Union[Sequence[List[Dict]], Dict[str, List[Dict]]],
+def speed_cells(frontier: List[Dict], later: Dict[str, List[Dict]],
                 baseline: str = "vanilla") -> Tuple[Dict[str, Dict], List[str]]:
     """``({configuration: its frontier cells}, notes)``. ``frontier``'s cells stand for its own
-    models, all timed in one boot. ``later`` (``{run folder: records}``, or a list of records),
-    each run timed beside the baseline with the same settings, fills the configurations
+    models, all timed in one boot. ``later`` (``{run folder: records}``,
+    :func:`frontier_report.later_runs`), each run timed beside the baseline with the same settings, fills the configurations
     ``frontier`` lacks, each ratio over the baseline of its own run; a configuration timed in
     several later runs gets the mean of its runs' ratios, and a note gives each run's, since a
     run on this shared machine moves a ratio by up to about a fifth."""
-    runs = dict(later) if isinstance(later, dict) else {f"later run {i + 1}": r
-                                                          for i, r in enumerate(later)}
-    for rec in (rec for run in runs.values() for rec in run if frontier):
+    for rec in (rec for run in later.values() for rec in run if frontier):
         if rec["settings"] != frontier[0]["settings"]:
             raise SystemExit(f"{rec['model']}: a later frontier run's settings differ from "
                              f"frontier/'s ({rec['settings']} against "
@@ -58,7 +56,7 @@ def speed_cells(frontier: List[Dict], later: Union[Sequence[List[Dict]], Dict[st
     cells = (frontier_report.configuration_cells(frontier, frontier_report.options(frontier),
                                                  baseline) if frontier else {})
     timed: Dict[str, List[Tuple[str, Dict]]] = {}
-    for folder, run in ((f, r) for f, r in runs.items() if r):
+    for folder, run in ((f, r) for f, r in later.items() if r):
         for name, cell in frontier_report.configuration_cells(
                 run, frontier_report.options(run), baseline).items():
             if name not in cells:
@@ -67,7 +65,8 @@ def speed_cells(frontier: List[Dict], later: Union[Sequence[List[Dict]], Dict[st
     for name, got in timed.items():
         cell = dict(got[0][1], speed={}, ratios={})
         for bs in got[0][1]["ratios"]:
-            per_engine = zip(*(c["ratios"].get(bs, [None] * len(frontier_report.SHORT_ENGINES)) for _, c in got))
+            none = [None] * len(frontier_report.SHORT_ENGINES)
+            per_engine = zip(*(c["ratios"].get(bs, none) for _, c in got))
             cell["ratios"][bs] = [statistics.mean(xs) if None not in xs else None
                                   for xs in per_engine]
             cell["speed"][bs] = frontier_report.speed_cell(cell["ratios"][bs])
@@ -82,12 +81,13 @@ def speed_cells(frontier: List[Dict], later: Union[Sequence[List[Dict]], Dict[st
 def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla",
-                  later: Sequence[List[Dict]] = ()) -> List[str]:
+                  later: Optional[Dict[str, List[Dict]]] = None) -> List[str]:
     """``finals``: {configuration: {seed: final record}}; ``versus``:
     :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
     None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet; ``later``:
-    the records of later frontier runs (:func:`speed_cells`)."""
-    cells, sizes, speeds = speed_cells(frontier, later, baseline)[0], [None], ["decoding speed"]
+    the records of later frontier runs (:func:`speed_cells`), whose notes follow the table."""
+    cells, notes = speed_cells(frontier, later or {}, baseline)
+    sizes, speeds = [None], ["decoding speed"]
     if frontier:
         sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]
         speeds = frontier_report.speed_headers(frontier, baseline)
@@ -115,4 +115,4 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                f"{rate / base_rate:.2f}" if rate and base_rate else "-",
                own.get("mb", "not measured"), *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
         lines.append(markdown_row(row))
-    return lines
+    return lines + [line for note in notes for line in ("", note)]
