@@ -28,6 +28,21 @@ def test_crossover_at_equal_updates_and_equal_cpu():
     assert "no crossover up to 500 updates (1 vs 1 seeds)" in equal_cpu
 
 
+def test_crossover_gap_has_a_seed_interval_and_says_not_resolved_inside_seed_noise():
+    base = {1: {u: 6.0 - u / 1000 for u in (100, 200)}, 2: {u: 6.1 - u / 1000 for u in (100, 200)}}
+    shared = {s: {u: v + 0.02 for u, v in losses.items()} for s, losses in base.items()}
+    stages = {"vanilla": {s: {200: milestone("vanilla", s, 200, l)} for s, l in base.items()},
+              "cycle_rev_2L": {s: {200: milestone("cycle_rev_2L", s, 200, l)}
+                               for s, l in shared.items()}}
+    noisy = budget_findings.crossover_lines(stages, None, (0.05, 10), title="Long")
+    assert noisy[0].startswith("## Long (mean over seeds")
+    # half-width t(10) * 0.05 * sqrt(1/2 + 1/2) = 0.111
+    assert ("equal updates: not resolved: +0.020 [-0.091, +0.131] bits at 200 updates "
+            "(vanilla at 200); no crossover up to 200 updates (2 vs 2 seeds)") in noisy[2]
+    sharp = budget_findings.crossover_lines(stages, None, (0.001, 10))
+    assert "equal updates: +0.020 [+0.018, +0.022] bits at 200 updates" in sharp[2]
+
+
 def test_averaging_gain_is_per_run():
     losses = {100: 6.0}
     stages = {"vanilla": {1: {100: milestone("vanilla", 1, 100, losses, bleu=20.0)}}}

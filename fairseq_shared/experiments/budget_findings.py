@@ -3,13 +3,14 @@
 :mod:`~fairseq_shared.experiments.statistics`."""
 
 import statistics
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_shared.experiments.budget_curve import NAMES
 from fairseq_shared.experiments.budget_summary import valid_losses
 from fairseq_shared.experiments.configs import (BASELINES, CONFIGS, depths, load_budget,
                                                 select_configs)
-from fairseq_shared.experiments.statistics import compare, compare_bleu, pooled_sd
+from fairseq_shared.experiments.statistics import (compare, compare_bleu, fmt_difference,
+                                                    pooled_sd)
 
 BASELINE = "vanilla"
 def averaging_lines(stages, finals) -> List[str]:
@@ -63,18 +64,24 @@ def method_note(pooled: Dict) -> str:
 CROSSOVER_PAIRS = [("vanilla", "cycle_rev_2L")]
 
 
-def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]]) -> List[str]:
+CROSSOVER_TITLE = "Crossover of valid loss"
+
+
+def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
+                    pooled: Tuple[Optional[float], int] = (None, 0),
+                    title: str = CROSSOVER_TITLE) -> List[str]:
     """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
     its baseline's, at equal updates and at equal training CPU (updates scaled by the
-    one-machine rate ratio), as measured: the gap at the last update both reach, and the
-    first point where the shared one is level or ahead, or that there is none."""
-    lines = ["## Crossover of valid loss (mean over seeds; negative: the shared model is ahead)",
-             ""]
+    one-machine rate ratio), as measured: the gap at the last update both reach with its 95%
+    interval over seeds (``pooled``: the seed sd of valid loss and its degrees of freedom,
+    :func:`comparisons`), and the first point where the shared one is level or ahead, or that
+    there is none."""
+    lines = [f"## {title} (mean over seeds; negative: the shared model is ahead)", ""]
     for base, shared in CROSSOVER_PAIRS:
         if base not in stages or shared not in stages:
             continue
         (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[shared])
-        base_mean = dict(zip(bu, (statistics.mean(v) for v in bl)))
+        base_at = dict(zip(bu, bl))
         ratio = (cpu_per_update[shared] / cpu_per_update[base]
                  if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
                  else None)
@@ -83,20 +90,27 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]]) -> List[
             points = []
             for u, losses in zip(su, sl):
                 at = int(round(u * scale / 100) * 100)
-                if at in base_mean:
-                    points.append((u, at, statistics.mean(losses) - base_mean[at]))
+                if at in base_at:
+                    points.append((u, at, compare(base_at[at], losses, pooled)))
             if not points:
                 continue
-            level = next((p for p in points if p[2] <= 0), None)
+            level = next((p for p in points if p[2].delta <= 0), None)
             u, at, gap = points[-1]
             seeds = f"{len(stages[shared])} vs {len(stages[base])} seeds"
             where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
                      if level else f"no crossover up to {u:,} updates")
             lines.append(f"- {shared} against {base}, {axis}"
                          + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
-                         + f": {gap:+.3f} bits at {u:,} updates ({base} at {at:,}); {where} "
-                         f"({seeds}).")
+                         + f": {_bits(gap)} at {u:,} updates ({base} at "
+                         f"{at:,}); {where} ({seeds}).")
     return lines + [""] if len(lines) > 2 else []
+
+
+def _bits(d) -> str:
+    """A valid-loss difference in bits, with its interval where seed variance was counted
+    (the line states the seed counts)."""
+    return (f"{d.delta:+.3f} bits" if d.lo is None
+            else f"{fmt_difference(d, '+.3f', seed_counts=False)} bits")
 
 
 def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):

@@ -279,9 +279,11 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     rates = training_rates(results)
     cpu_per_update = ({n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
                       if rates else None)
-    lines += crossover_lines(stages, cpu_per_update)
+    lines += crossover_lines(stages, cpu_per_update, pooled["valid_loss"])
     lines += averaging_lines(stages, finals)
     lines += long_lines(long_stages, load(results)[0], results)
+    lines += crossover_lines(long_stages, cpu_per_update, pooled["valid_loss"],
+                             title="Crossover of valid loss to 16,000 updates, `long/` only")
     if rates:
         lines += rate_table(rates)
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]

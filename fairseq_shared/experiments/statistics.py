@@ -175,13 +175,14 @@ def pending_line(label: str, columns: int) -> str:
     return f"| {label} | not run yet |" + " |" * (columns - 2)
 
 
-def fmt_difference(d: Difference, spec: str = "+.2f") -> str:
+def fmt_difference(d: Difference, spec: str = "+.2f", seed_counts: bool = True) -> str:
     """``-1.81 [-3.40, -0.22]``, or ``not resolved: +0.28 [-1.20, +1.76]`` where the
-    interval covers 0; the seed counts where a side has one seed."""
+    interval covers 0; the seed counts where a side has one seed (unless the caller states
+    them, ``seed_counts=False``)."""
     if d.lo is None:
         return f"{d.delta:{spec}} (no seed variance measured)"
     text = f"{d.delta:{spec}} [{d.lo:{spec}}, {d.hi:{spec}}]"
-    if 1 in d.seeds:
+    if seed_counts and 1 in d.seeds:
         text += f" ({d.seeds[0]} vs {d.seeds[1]} seeds)"
     return text if d.resolved else f"not resolved: {text}"
 
