@@ -44,10 +44,11 @@ def speed_cells(frontier: List[Dict], later: Dict[str, List[Dict]],
                 baseline: str = "vanilla") -> Tuple[Dict[str, Dict], List[str]]:
     """``({configuration: its frontier cells}, notes)``. ``frontier``'s cells stand for its own
     models, all timed in one boot. ``later`` (``{run folder: records}``,
-    :func:`frontier_report.later_runs`), each run timed beside the baseline with the same settings, fills the configurations
-    ``frontier`` lacks, each ratio over the baseline of its own run; a configuration timed in
-    several later runs gets the mean of its runs' ratios, and a note gives each run's, since a
-    run on this shared machine moves a ratio by up to about a fifth."""
+    :func:`frontier_report.later_runs`), each run timed beside the baseline with the same
+    settings, fills the configurations ``frontier`` lacks, each ratio over the baseline of its
+    own run; a configuration timed in several later runs gets the mean of its runs' ratios, and
+    a note gives each run's, since a run on this shared machine moves a ratio by up to about a
+    fifth."""
     for rec in (rec for run in later.values() for rec in run if frontier):
         if rec["settings"] != frontier[0]["settings"]:
             raise SystemExit(f"{rec['model']}: a later frontier run's settings differ from "
