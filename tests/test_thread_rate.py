@@ -24,6 +24,31 @@ def test_steady_rates_leave_out_the_first_interval():
                      "cores_busy": 2.0, "steady_updates": 75}
     with pytest.raises(FairseqSharedError, match="--updates: too few logged intervals"):
         train_rate.steady_rates(inner[:1], cpu[:2])
+    # restarted from a checkpoint at 15,600: its start-up interval is left out the same way
+    restarted = [{**r, "update": r["update"] + 15600} for r in cpu]
+    assert train_rate.steady_rates(inner, restarted) == rates
+
+
+def test_a_restart_needs_exactly_one_checkpoint_at_the_update_and_names_what_is_there(tmp_path):
+    (tmp_path / "cycle_rev_2L").mkdir()
+    for u in (15500, 15600):
+        (tmp_path / "cycle_rev_2L" / f"checkpoint_29_{u}.pt").write_bytes(b"")
+    assert train_rate.checkpoint_at(str(tmp_path), "cycle_rev_2L", 15600).endswith(
+        "checkpoint_29_15600.pt")
+    with pytest.raises(FairseqSharedError, match=r"--from-update: no checkpoint of cycle_rev_2L "
+                       r"at update 15700 in .*; there: 15500, 15600"):
+        train_rate.checkpoint_at(str(tmp_path), "cycle_rev_2L", 15700)
+    with pytest.raises(FairseqSharedError, match="there: none"):
+        train_rate.checkpoint_at(str(tmp_path), "vanilla", 15600)
+
+
+def test_rates_refuses_from_without_its_update_in_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "fairseq_shared.cli.budget", "rates", "--data", "nowhere",
+         "--out", "nowhere.json", "--from", "work/budget_long/runs_s1"],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--from and --from-update go together" in result.stderr
 
 
 def test_busy_processes_run_beside_the_block_and_are_stopped_after_it():
@@ -81,6 +106,24 @@ def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(toy):
     # about 20 ms an update that one-off weighs (it read 1.7x once; 2 threads would read >2x
     # on top of it)
     assert row["steady_cpu_s_per_update"] < 3 * row["steady_s_per_update"]
+
+
+@pytest.mark.slow
+def test_a_restart_measures_the_updates_after_a_long_runs_checkpoint(toy, tmp_path):
+    from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
+    from fairseq_shared.experiments.runs import make_plan
+
+    budget = load_budget("tiny_milestones", ["max_update=8", "threads=1"])
+    run = make_plan(select_configs(CONFIGS, "vanilla", None), budget, toy, str(tmp_path))[0]
+    train_rate.measure_run(run, "PASSIVE")
+    runs = tmp_path / "runs_s1"
+    (runs / "vanilla").mkdir(parents=True)
+    os.replace(run.checkpoint, runs / "vanilla" / "checkpoint_1_8.pt")
+    row = train_rate.measure("vanilla", 1, toy, 10, "tiny_milestones", policy="PASSIVE",
+                             start_from=str(runs), start_update=8)
+    assert row["from_update"] == 8 and row["updates"] == 10
+    # fairseq went on from update 8 (log_interval 2: logged at 10..18); the first is left out
+    assert row["steady_updates"] == 8
 
 
 @pytest.mark.slow

@@ -2,7 +2,9 @@
 
 fairseq logs wall-clock seconds (``train_wall``); on a shared 2-core machine those grow with
 whatever else runs. A run with one thread uses one core's CPU time per update however busy the
-machine is, so the evidence runs also record the CPU seconds of the fairseq-train process tree
+machine is (at two threads only on a quiet machine: a thread waiting for its preempted partner
+spins, and the spin counts; results/bible_budget/README.md, twenty-sixth stretch), so the
+evidence runs also record the CPU seconds of the fairseq-train process tree
 at every logged update (``cpu.jsonl`` in the run directory, one line per logged update):
 ``{"attempt": ..., "update": u, "cpu": seconds since the attempt started}``.
 

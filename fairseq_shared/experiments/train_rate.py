@@ -1,12 +1,14 @@
-"""The one training-rate meter: seconds per update of a configuration trained from scratch, in
-its steady state (after fairseq's first logged interval: start-up, the first batches), alone or
-beside busy processes (the load benchmark's ``--beside``), under an OpenMP wait policy.
+"""The one training-rate meter: seconds per update of a configuration trained from scratch (or
+restarted from a late checkpoint of a long run, ``--from``), in its steady state (after
+fairseq's first logged interval: start-up, the first batches), alone or beside busy processes
+(the load benchmark's ``--beside``), under an OpenMP wait policy.
 
     python -m fairseq_shared.cli.budget rates --data work/bible \\
         --out results/bible_budget/train_rate.json --configs vanilla,cycle_rev_2L --threads 2
 """
 
 import contextlib
+import glob
 import os
 import re
 import shutil
@@ -29,9 +31,10 @@ BUSY_LOOP = "while True: pass"
 
 def steady_rates(inner: List[Dict], cpu: List[Dict]) -> Dict:
     """Steady-state rates from fairseq's train_inner records and one attempt's cpu.jsonl
-    lines: the first logged interval (start-up, the first batches) is left out."""
+    lines: the first logged interval (start-up, the first batches) is left out, also where the
+    attempt started from a checkpoint (its first line is that update)."""
     ups = [float(r["ups"]) for r in inner[1:]]
-    logged = [r for r in cpu if r["update"] > 0]
+    logged = [r for r in cpu if r["update"] > cpu[0]["update"]] if cpu else []
     if not ups or len(logged) < 2:
         raise FairseqSharedError("--updates: too few logged intervals for a steady rate; "
                                  "train at least 3 log intervals")
@@ -52,11 +55,29 @@ def logged_policy(log_path: str) -> str:
     return found[-1] if found else "?"
 
 
-def measure_run(run, policy: str = None, progress=lambda *a: None) -> Dict:
-    """Train ``run`` from scratch (its directory is emptied first) under ``policy``
-    (``training.wait_policy``); its steady rates, the policy it ran under, the process's wall
-    seconds."""
+def checkpoint_at(runs_dir: str, config_name: str, update: int) -> str:
+    """The interval checkpoint ``runs_dir/<config>/checkpoint_<epoch>_<update>.pt`` of a budget
+    run (a work directory's ``runs_s<seed>``); refused naming ``--from-update`` and the updates
+    there are where it is missing."""
+    found = glob.glob(os.path.join(glob.escape(runs_dir), config_name, f"checkpoint_*_{update}.pt"))
+    if len(found) != 1:
+        kept = sorted(int(m[1]) for m in (re.search(r"_(\d+)\.pt$", f) for f in glob.glob(
+            os.path.join(glob.escape(runs_dir), config_name, "checkpoint_*_*.pt"))) if m)
+        raise FairseqSharedError(
+            f"--from-update: no checkpoint of {config_name} at update {update} in "
+            f"{os.path.join(runs_dir, config_name)}; "
+            f"there: {', '.join(map(str, kept)) if kept else 'none'}")
+    return found[0]
+
+
+def measure_run(run, policy: str = None, progress=lambda *a: None, start: str = None) -> Dict:
+    """Train ``run`` under ``policy`` (``training.wait_policy``) from scratch, or on from the
+    checkpoint ``start`` (its directory is emptied first either way); its steady rates, the
+    policy it ran under, the process's wall seconds."""
     shutil.rmtree(run.dir, ignore_errors=True)
+    if start:
+        os.makedirs(run.dir)
+        shutil.copyfile(start, run.checkpoint)
     t0 = time.time()
     train(run, progress, policy=policy)
     wall = time.time() - t0
@@ -67,19 +88,22 @@ def measure_run(run, policy: str = None, progress=lambda *a: None) -> Dict:
 
 
 def measure(config_name: str, threads: int, data: str, updates: int, budget_name: str,
-            policy: str = None) -> Dict:
+            policy: str = None, start_from: str = None, start_update: int = 0) -> Dict:
     """One budget configuration's row: its budget-curve command shortened to ``updates``
-    updates without interval checkpoints, at ``threads`` threads."""
+    updates without interval checkpoints, at ``threads`` threads; with ``start_from`` (a budget
+    work directory's ``runs_s<seed>``), the ``updates`` after its checkpoint at
+    ``start_update``, which show whether an update costs more late in training."""
     from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
     from fairseq_shared.experiments.runs import make_plan
 
-    budget = load_budget(budget_name, [f"max_update={updates}", "save_interval_updates=0",
-                                       f"threads={threads}"])
+    start = checkpoint_at(start_from, config_name, start_update) if start_from else None
+    budget = load_budget(budget_name, [f"max_update={start_update + updates}",
+                                       "save_interval_updates=0", f"threads={threads}"])
     with tempfile.TemporaryDirectory() as out:
         run = make_plan(select_configs(CONFIGS, config_name, None), budget, data, out)[0]
-        rates = measure_run(run, policy)
+        rates = measure_run(run, policy, start=start)
     return {"config": config_name, "threads": threads, "updates": updates, "params": run.params,
-            **rates}
+            **({"from_update": start_update} if start else {}), **rates}
 
 
 @contextlib.contextmanager
@@ -97,12 +121,12 @@ def beside(n: int) -> Iterator[List[int]]:
 
 
 def measure_beside(n: int, config_name: str, threads: int, data: str, updates: int,
-                   budget_name: str, policy: str) -> Dict:
+                   budget_name: str, policy: str, **start) -> Dict:
     """:func:`measure` with ``n`` busy processes beside it; the row records them and the cores
     busy at the trainer's nice value, sampled once they run."""
     with beside(n):
         load = cpu_load.sample_busy_cores(1.0) if n else None
-        row = measure(config_name, threads, data, updates, budget_name, policy)
+        row = measure(config_name, threads, data, updates, budget_name, policy, **start)
     return {**row, "beside": n, "requested_policy": policy,
             "busy_cores_measured": round(load[0], 2) if load else None}
 

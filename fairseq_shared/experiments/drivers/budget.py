@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from fairseq_shared.errors import FairseqSharedError
 from fairseq_shared.experiments import budget_curve, queue
 from fairseq_shared.experiments.corpus import snapshot_corpus
 from fairseq_shared.experiments.queue_cli import Command, main as queue_main, print_plan
@@ -74,17 +75,26 @@ def add_rates_arguments(p):
                    help="busy single-threaded processes beside each measurement, e.g. 0,1,2")
     p.add_argument("--wait-policy", type=policy_list, default=["AUTO"],
                    help="OpenMP wait policies, e.g. DEFAULT,AUTO,PASSIVE (default AUTO)")
+    p.add_argument("--from", dest="start_from", metavar="RUNS_DIR",
+                   help="restart each configuration from its checkpoint in RUNS_DIR/<config>/ "
+                        "(a work directory's runs_s<seed>) at --from-update, not from scratch")
+    p.add_argument("--from-update", dest="start_update", type=arg_types.positive_int,
+                   help="the update of the --from checkpoints")
 
 
 def rates(args) -> int:
     from fairseq_shared.experiments import train_rate
     from fairseq_shared.timing import machine
 
+    if (args.start_from is None) != (args.start_update is None):
+        raise FairseqSharedError("--from and --from-update go together: the runs directory and "
+                                 "the update of its checkpoints")
+    start = {"start_from": args.start_from, "start_update": args.start_update or 0}
     rows, started = [], time.strftime("%Y-%m-%d %H:%M:%S")
     for name, threads, policy, n in itertools.product(args.configs.split(","), args.threads,
                                                       args.wait_policy, args.beside):
         rows.append(train_rate.measure_beside(n, name, threads, args.data, args.updates,
-                                              args.budget, policy))
+                                              args.budget, policy, **start))
         print(json.dumps(rows[-1]), flush=True)
     queue.write_result(Path(args.out), {
         "command": " ".join(["python -m fairseq_shared.cli.budget"] + sys.argv[1:]),
