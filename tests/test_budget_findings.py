@@ -43,6 +43,17 @@ def test_crossover_gap_has_a_seed_interval_and_says_not_resolved_inside_seed_noi
     assert "equal updates: +0.020 [+0.018, +0.022] bits at 200 updates" in sharp[2]
 
 
+def test_a_seed_still_training_is_left_out_of_the_crossover_not_cutting_it_short():
+    base = {u: 6.0 - u / 1000 for u in range(100, 1001, 100)}
+    shared = {u: v + 0.05 for u, v in base.items()}
+    stages = {"vanilla": {1: {1000: milestone("vanilla", 1, 1000, base)}},
+              "cycle_rev_2L": {1: {1000: milestone("cycle_rev_2L", 1, 1000, shared)},
+                               2: {200: milestone("cycle_rev_2L", 2, 200, shared)}}}
+    line = budget_findings.crossover_lines(stages, None)[2]
+    assert "+0.050 bits at 1,000 updates (vanilla at 1,000)" in line
+    assert "(1 vs 1 seeds; cycle_rev_2L s2 left out, at 200 so far)" in line
+
+
 def test_averaging_gain_is_per_run():
     losses = {100: 6.0}
     stages = {"vanilla": {1: {100: milestone("vanilla", 1, 100, losses, bleu=20.0)}}}
@@ -75,7 +86,7 @@ def test_long_runs_add_new_seeds_and_check_committed_ones(tmp_path):
     assert budget_long.reproduction(long_ms, short, str(tmp_path)) == "8,000: identical"
     (tmp_path / "hyps" / "vanilla_s1_u8000.en").write_text("a c\n")
     assert budget_long.reproduction(long_ms, short, str(tmp_path)) == (
-        "8,000: valid loss 5.5 vs 5.5, hypotheses differ")
+        "8,000: valid loss 5.500 vs 5.500, hypotheses differ")
     assert budget_long.reproduction(long_ms, None, str(tmp_path)) == "new seed"
 
 

@@ -96,7 +96,10 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
                 continue
             level = next((p for p in points if p[2].delta <= 0), None)
             u, at, gap = points[-1]
-            seeds = f"{len(stages[shared])} vs {len(stages[base])} seeds"
+            seeds = f"{len(sl[0])} vs {len(bl[0])} seeds" + "".join(
+                f"; {n} s{s} left out, at {max(stages[n][s]):,} so far"
+                for n in (shared, base) for s in sorted(stages[n])
+                if stages[n][s] and s not in furthest_seeds(stages[n]))
             where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
                      if level else f"no crossover up to {u:,} updates")
             lines.append(f"- {shared} against {base}, {axis}"
@@ -188,12 +191,19 @@ def pair_of(name: str) -> Optional[str]:
     return pair if pair not in (None, BASELINE, name) else None
 
 
+def furthest_seeds(by_seed: Dict[int, Dict[int, Dict]]) -> List[int]:
+    """The seeds whose latest milestone is the furthest any seed reached: a run still in
+    progress is left out of a curve rather than cutting it short where it stands."""
+    latest = {s: max(m) for s, m in by_seed.items() if m}
+    return sorted(s for s, u in latest.items() if u == max(latest.values()))
+
+
 def valid_curve(by_seed: Dict[int, Dict[int, Dict]]):
-    """(updates, [per-seed valid losses]) at the counted validations every seed has, from
-    each seed's latest milestone's curve."""
+    """(updates, [per-seed valid losses]) at the counted validations every seed of
+    :func:`furthest_seeds` has, from each one's latest milestone's curve."""
     interval = int(load_budget("budget_curve")["save_interval_updates"])
     curves = []
-    for milestones_ in (m for m in by_seed.values() if m):
+    for milestones_ in (by_seed[s] for s in furthest_seeds(by_seed)):
         latest = milestones_[max(milestones_)]
         curves.append({p["update"]: p["valid_loss"] for p in latest.get("curve", [])
                        if p.get("valid_loss") is not None and p["update"] % interval == 0})

@@ -67,7 +67,7 @@ def reproduction(long_ms: Dict[int, Dict], short_ms: Optional[Dict[int, Dict]],
         same_hyps = ((Path(results) / LONG / long_ms[k]["test"]["hypotheses"]).read_bytes()
                      == (Path(results) / short_ms[k]["test"]["hypotheses"]).read_bytes())
         out.append(f"{k:,}: " + ("identical" if same_loss and same_hyps else
-                                 f"valid loss {long_ms[k]['valid_loss']} vs "
-                                 f"{short_ms[k]['valid_loss']}, hypotheses "
+                                 f"valid loss {long_ms[k]['valid_loss']:.3f} vs "
+                                 f"{short_ms[k]['valid_loss']:.3f}, hypotheses "
                                  f"{'identical' if same_hyps else 'differ'}"))
     return "; ".join(out) or "no common milestone"
