@@ -57,12 +57,13 @@ def logged_policy(log_path: str) -> str:
 
 def checkpoint_at(runs_dir: str, config_name: str, update: int) -> str:
     """The interval checkpoint ``runs_dir/<config>/checkpoint_<epoch>_<update>.pt`` of a budget
-    run (a work directory's ``runs_s<seed>``); refused naming ``--from-update`` and the updates
-    there are where it is missing."""
-    found = glob.glob(os.path.join(glob.escape(runs_dir), config_name, f"checkpoint_*_{update}.pt"))
+    run (a work directory's ``runs_s<seed>``); where there is none, the error names
+    ``--from-update`` and the updates that are there."""
+    folder = os.path.join(glob.escape(runs_dir), config_name)
+    found = glob.glob(os.path.join(folder, f"checkpoint_*_{update}.pt"))
     if len(found) != 1:
         kept = sorted(int(m[1]) for m in (re.search(r"_(\d+)\.pt$", f) for f in glob.glob(
-            os.path.join(glob.escape(runs_dir), config_name, "checkpoint_*_*.pt"))) if m)
+            os.path.join(folder, "checkpoint_*_*.pt"))) if m)
         raise FairseqSharedError(
             f"--from-update: no checkpoint of {config_name} at update {update} in "
             f"{os.path.join(runs_dir, config_name)}; "
