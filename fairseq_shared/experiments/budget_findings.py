@@ -86,6 +86,10 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
                  if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
                  else None)
         axes = [("equal updates", 1.0)] + ([("equal training CPU", ratio)] if ratio else [])
+        kept = {n: furthest_seeds(stages[n]) for n in (shared, base)}
+        seeds = f"{len(kept[shared])} vs {len(kept[base])} seeds" + "".join(
+            f"; {n} s{s} left out, at {max(stages[n][s]):,} so far"
+            for n in (shared, base) for s in sorted(stages[n]) if stages[n][s] and s not in kept[n])
         for axis, scale in axes:
             points = []
             for u, losses in zip(su, sl):
@@ -96,10 +100,6 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
                 continue
             level = next((p for p in points if p[2].delta <= 0), None)
             u, at, gap = points[-1]
-            seeds = f"{len(sl[0])} vs {len(bl[0])} seeds" + "".join(
-                f"; {n} s{s} left out, at {max(stages[n][s]):,} so far"
-                for n in (shared, base) for s in sorted(stages[n])
-                if stages[n][s] and s not in furthest_seeds(stages[n]))
             where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
                      if level else f"no crossover up to {u:,} updates")
             lines.append(f"- {shared} against {base}, {axis}"

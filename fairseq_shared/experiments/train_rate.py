@@ -8,7 +8,6 @@ fairseq's first logged interval: start-up, the first batches), alone or beside b
 """
 
 import contextlib
-import glob
 import os
 import re
 import shutil
@@ -59,16 +58,17 @@ def checkpoint_at(runs_dir: str, config_name: str, update: int) -> str:
     """The interval checkpoint ``runs_dir/<config>/checkpoint_<epoch>_<update>.pt`` of a budget
     run (a work directory's ``runs_s<seed>``); where there is none, the error names
     ``--from-update`` and the updates that are there."""
-    folder = os.path.join(glob.escape(runs_dir), config_name)
-    found = glob.glob(os.path.join(folder, f"checkpoint_*_{update}.pt"))
+    from fairseq_shared.tools.averaging import UPDATE_PATTERN
+
+    folder = os.path.join(runs_dir, config_name)
+    kept = sorted((int(m[1]), m[0]) for m in map(UPDATE_PATTERN.fullmatch, (
+        os.listdir(folder) if os.path.isdir(folder) else [])) if m)
+    found = [name for u, name in kept if u == update]
     if len(found) != 1:
-        kept = sorted(int(m[1]) for m in (re.search(r"_(\d+)\.pt$", f) for f in glob.glob(
-            os.path.join(folder, "checkpoint_*_*.pt"))) if m)
         raise FairseqSharedError(
-            f"--from-update: no checkpoint of {config_name} at update {update} in "
-            f"{os.path.join(runs_dir, config_name)}; "
-            f"there: {', '.join(map(str, kept)) if kept else 'none'}")
-    return found[0]
+            f"--from-update: no checkpoint of {config_name} at update {update} in {folder}; "
+            f"there: {', '.join(str(u) for u, _ in kept) if kept else 'none'}")
+    return os.path.join(folder, found[0])
 
 
 def measure_run(run, policy: str = None, progress=lambda *a: None, start: str = None) -> Dict:
