@@ -54,6 +54,22 @@ def test_a_seed_still_training_is_left_out_of_the_crossover_not_cutting_it_short
     assert "(1 vs 1 seeds; cycle_rev_2L s2 left out, at 200 so far)" in line
 
 
+def test_equal_size_is_equal_updates_for_a_pair_of_one_size_and_unmeasured_otherwise():
+    losses = {u: 6.0 - u / 1000 for u in (100, 200)}
+    stages = {n: {1: {200: milestone(n, 1, 200, losses)}} for n in ("vanilla", "cycle_rev_2L")}
+    lines = budget_findings.crossover_lines(stages, None, int8_mb={"vanilla": 3.05,
+                                                                   "cycle_rev_2L": 3.06})
+    assert lines[3] == ("- cycle_rev_2L against vanilla, equal size (int8 3.06 MB against 3.05): "
+                        "the same size at every update, so as at equal updates above.")
+    bigger = budget_findings.equal_size_line("vanilla", "cycle_rev_2L",
+                                             {"vanilla": 3.05, "cycle_rev_2L": 4.10})
+    assert bigger.endswith("(int8 4.10 MB against 3.05): not the same size, and no model of "
+                           "the other's size was trained.")
+    assert "not measured" in budget_findings.equal_size_line("vanilla", "cycle_rev_2L",
+                                                             {"vanilla": 3.05})
+    assert len(budget_findings.crossover_lines(stages, None)) == 4  # no sizes: no size line
+
+
 def test_averaging_gain_is_per_run():
     losses = {100: 6.0}
     stages = {"vanilla": {1: {100: milestone("vanilla", 1, 100, losses, bleu=20.0)}}}

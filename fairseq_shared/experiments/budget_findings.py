@@ -67,15 +67,21 @@ CROSSOVER_PAIRS = [("vanilla", "cycle_rev_2L")]
 CROSSOVER_TITLE = "Crossover of valid loss"
 
 
+#: two models whose int8 sizes differ by less than this share are the same size
+SAME_SIZE = 0.01
+
+
 def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
                     pooled: Tuple[Optional[float], int] = (None, 0),
-                    title: str = CROSSOVER_TITLE) -> List[str]:
+                    title: str = CROSSOVER_TITLE,
+                    int8_mb: Optional[Dict[str, float]] = None) -> List[str]:
     """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
     its baseline's, at equal updates and at equal training CPU (updates scaled by the
     one-machine rate ratio), as measured: the gap at the last update both reach with its 95%
     interval over seeds (``pooled``: the seed sd of valid loss and its degrees of freedom,
     :func:`comparisons`), and the first point where the shared one is level or ahead, or that
-    there is none."""
+    there is none. With ``int8_mb`` (CTranslate2 int8 MB per configuration), what equal size
+    means for the pair: :func:`equal_size_line`."""
     lines = [f"## {title} (mean over seeds; negative: the shared model is ahead)", ""]
     for base, shared in CROSSOVER_PAIRS:
         if base not in stages or shared not in stages:
@@ -106,7 +112,23 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
                          + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
                          + f": {_bits(gap)} at {u:,} updates ({base} at "
                          f"{at:,}); {where} ({seeds}).")
+        if int8_mb:
+            lines.append(equal_size_line(base, shared, int8_mb))
     return lines + [""] if len(lines) > 2 else []
+
+
+def equal_size_line(base: str, shared: str, int8_mb: Dict[str, float]) -> str:
+    """Size does not change with training, so two models of the same int8 size compare at
+    equal size exactly as at equal updates; of different sizes, no pair of equal size was
+    trained and the axis has no measurement."""
+    head = f"- {shared} against {base}, equal size"
+    if base not in int8_mb or shared not in int8_mb:
+        return f"{head}: not measured (no int8 export of both in the frontier)."
+    a, b = int8_mb[shared], int8_mb[base]
+    sizes = f"(int8 {a:.2f} MB against {b:.2f})"
+    if abs(a - b) < SAME_SIZE * b:
+        return f"{head} {sizes}: the same size at every update, so as at equal updates above."
+    return f"{head} {sizes}: not the same size, and no model of the other's size was trained."
 
 
 def _bits(d) -> str:

@@ -279,17 +279,18 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     rates = training_rates(results)
     cpu_per_update = ({n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
                       if rates else None)
-    lines += crossover_lines(stages, cpu_per_update, pooled["valid_loss"])
+    frontier = frontier_report.load_records(str(out / "frontier"))
+    int8_mb = frontier_report.disk_mb(frontier)
+    lines += crossover_lines(stages, cpu_per_update, pooled["valid_loss"], int8_mb=int8_mb)
     lines += averaging_lines(stages, finals)
     lines += long_lines(long_stages, load(results)[0], results)
-    lines += crossover_lines(long_stages, cpu_per_update, pooled["valid_loss"],
+    lines += crossover_lines(long_stages, cpu_per_update, pooled["valid_loss"], int8_mb=int8_mb,
                              title="Crossover of valid loss to 16,000 updates, `long/` only")
     if rates:
         lines += rate_table(rates)
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}
-    frontier = frontier_report.load_records(str(out / "frontier"))
     later = frontier_report.later_runs(str(out / LATER_FRONTIER))
     best = best_sets(finals, results, refs)
     for folder, records in [(str(out / "frontier"), frontier), *later.items()]:

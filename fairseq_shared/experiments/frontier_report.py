@@ -196,6 +196,12 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
     return out
 
 
+def disk_mb(records: List[Dict], engine: str = "ct2_int8") -> Dict[str, float]:
+    """{configuration: MB on disk of one engine's model, mean over seeds} where measured."""
+    return {r["model"]: r["disk_bytes"] / 1e6 for r in by_configuration(options(records))
+            if r["engine"] == engine and r["disk_bytes"]}
+
+
 def speed_cell(ratios: List[Optional[float]]) -> str:
     """One batch size's ratios, one per :data:`SHORT_ENGINES` engine ("-" where not measured)."""
     return " / ".join(f"{x:.2f}" if x else "-" for x in ratios)
