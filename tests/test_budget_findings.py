@@ -22,7 +22,8 @@ def test_crossover_at_equal_updates_and_equal_cpu():
     lines = budget_findings.crossover_lines(stages, {"vanilla": 1.0, "cycle_rev_2L": 2.0})
     equal_updates, equal_cpu = lines[2], lines[3]
     assert "equal updates: +0.000 bits at 1,000 updates" in equal_updates
-    assert "level or ahead from 1,000 updates" in equal_updates
+    assert ("first level or ahead at 1,000 updates (vanilla at 1,000), level or ahead at 1 of "
+            "the 1 validations from there") in equal_updates
     # at twice the CPU per update, 500 shared updates cost what 1,000 of the baseline do
     assert "(x2.00 CPU per update): +0.600 bits at 500 updates (vanilla at 1,000)" in equal_cpu
     assert "no crossover up to 500 updates (1 vs 1 seeds)" in equal_cpu
@@ -41,6 +42,16 @@ def test_crossover_gap_has_a_seed_interval_and_says_not_resolved_inside_seed_noi
             "(vanilla at 200); no crossover up to 200 updates (2 vs 2 seeds)") in noisy[2]
     sharp = budget_findings.crossover_lines(stages, None, (0.001, 10))
     assert "equal updates: +0.020 [+0.018, +0.022] bits at 200 updates" in sharp[2]
+
+
+def test_a_crossover_that_crosses_back_says_how_often_it_is_level_or_ahead():
+    base = {u: 6.0 for u in (100, 200, 300, 400)}
+    shared = {100: 6.1, 200: 5.99, 300: 6.01, 400: 5.99}
+    stages = {"vanilla": {1: {400: milestone("vanilla", 1, 400, base)}},
+              "cycle_rev_2L": {1: {400: milestone("cycle_rev_2L", 1, 400, shared)}}}
+    line = budget_findings.crossover_lines(stages, None)[2]
+    assert ("first level or ahead at 200 updates (vanilla at 200), level or ahead at 2 of the 3 "
+            "validations from there") in line
 
 
 def test_a_seed_still_training_is_left_out_of_the_crossover_not_cutting_it_short():

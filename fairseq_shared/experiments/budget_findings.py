@@ -106,8 +106,12 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
                 continue
             level = next((p for p in points if p[2].delta <= 0), None)
             u, at, gap = points[-1]
-            where = (f"level or ahead from {level[0]:,} updates ({base} at {level[1]:,})"
-                     if level else f"no crossover up to {u:,} updates")
+            where = f"no crossover up to {u:,} updates"
+            if level:  # the mean curves cross back and forth within seed noise: say how often
+                after = points[points.index(level):]
+                where = (f"first level or ahead at {level[0]:,} updates ({base} at {level[1]:,}),"
+                         f" level or ahead at {sum(p[2].delta <= 0 for p in after)} of the "
+                         f"{len(after)} validations from there")
             lines.append(f"- {shared} against {base}, {axis}"
                          + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
                          + f": {_bits(gap)} at {u:,} updates ({base} at "
