@@ -280,7 +280,8 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     cpu_per_update = ({n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
                       if rates else None)
     frontier = frontier_report.load_records(str(out / "frontier"))
-    int8_mb = frontier_report.disk_mb(frontier)
+    int8_mb = frontier_report.disk_mb(frontier_report.by_configuration(
+        frontier_report.options(frontier)))
     lines += crossover_lines(stages, cpu_per_update, pooled["valid_loss"], int8_mb=int8_mb)
     lines += averaging_lines(stages, finals)
     lines += long_lines(long_stages, load(results)[0], results)

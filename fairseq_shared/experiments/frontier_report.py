@@ -179,16 +179,17 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
     configs = by_configuration(rows)
     ratios = speed_ratios(configs, configuration(anchor))
     found = {(r["model"], r["engine"]): r for r in configs}
+    mb = {e: disk_mb(configs, e) for e in ("fairseq", "ct2_int8")}
     params = {configuration(rec["model"]): rec.get("params") for rec in records}
     out = {}
     for name in dict.fromkeys(configuration(rec["model"]) for rec in records):
         own = found.get((name, "fairseq"))
-        mb = lambda e: fmt(found[(name, e)]["disk_bytes"] / 1e6, ".2f") if (  # noqa: E731
-            (name, e) in found and found[(name, e)].get("disk_bytes")) else "-"
         out[name] = {"seeds": str(len(own["bleu_seeds"])) if own else "-",
                      "parameters": f"{params[name]:,}" if params.get(name) else "-",
                      "bleu": _bleu(own) if own else "-",
-                     "mb": f"{mb('fairseq')} / {mb('ct2_int8')}", "speed": {}, "ratios": {}}
+                     "mb": " / ".join(fmt(by[name], ".2f") if name in by else "-"
+                                      for by in mb.values()),
+                     "speed": {}, "ratios": {}}
         for bs in sizes:
             got = [ratios.get((name, e), {}).get(bs) for e in SHORT_ENGINES]
             out[name]["ratios"][bs] = got
@@ -196,9 +197,10 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
     return out
 
 
-def disk_mb(records: List[Dict], engine: str = "ct2_int8") -> Dict[str, float]:
-    """{configuration: MB on disk of one engine's model, mean over seeds} where measured."""
-    return {r["model"]: r["disk_bytes"] / 1e6 for r in by_configuration(options(records))
+def disk_mb(configs: List[Dict], engine: str = "ct2_int8") -> Dict[str, float]:
+    """{configuration: MB on disk of one engine's model, mean over seeds} where measured;
+    ``configs``: :func:`by_configuration`."""
+    return {r["model"]: r["disk_bytes"] / 1e6 for r in configs
             if r["engine"] == engine and r["disk_bytes"]}
 
 
