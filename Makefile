@@ -21,4 +21,4 @@ test-fast: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile -m "not slow" tests
 
 demo: venv sysdeps
-	$(PY) -m fairseq_shared.cli.main_job
+	$(PY) -m harness.main_job

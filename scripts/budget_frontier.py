@@ -5,7 +5,7 @@ one run by two one-thread workers (``results/bible_budget/README.md``, "The fron
 
 The models are split so that the workers' decoding costs (encoder + decoder layers, from each
 run's record) are about equal, the anchor (vanilla 3+3 s1) first in the first worker. Each
-worker is ``python -m fairseq_shared.cli.frontier ... --commit``: a model's record is committed
+worker is ``python -m harness.frontier ... --commit``: a model's record is committed
 the moment it is measured (git's index lock is waited for), and the worker that ends last
 renders the whole table. A model already recorded with these settings in this machine boot is
 skipped (one from another boot is measured again), so the command can be run again after a
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from fairseq_shared.experiments.corpus import check_corpus
+from harness.corpus import check_corpus
 
 RESULTS = Path("results/bible_budget")
 ANCHOR = "vanilla_s1"
@@ -54,7 +54,7 @@ def split(costs: Dict[str, int], anchor: str, workers: int) -> List[List[str]]:
 
 
 def commands(shares: List[List[str]], data: str, results: Path) -> List[List[str]]:
-    return [[sys.executable, "-m", "fairseq_shared.cli.frontier", "--data", data,
+    return [[sys.executable, "-m", "harness.frontier", "--data", data,
              "--out", str(results / "frontier"), "--work", "work/frontier",
              "--checkpoints", ",".join(f"{n}={results / 'models' / (n + '.pt')}" for n in share),
              "--anchor", ANCHOR, *SETTINGS, "--commit"] for share in shares]

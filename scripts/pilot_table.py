@@ -32,8 +32,8 @@ def main(pilot: str) -> None:
               + f" | {curve[best]:.3f} ({best}) | {r['test']['bleu']:.2f} | {r['test']['chrf']:.2f}"
               f" | {r['cpu_seconds_per_update']} |")
     print(f"\nBLEU signature: `{r['test']['bleu_signature']}`")
-    from fairseq_shared.data.scoring import score
-    from fairseq_shared.experiments.statistics import paired_bootstrap
+    from fairseq_shared.scoring import score
+    from harness.statistics import paired_bootstrap
 
     corpus = Path("results/bible_clean/corpus")
     refs = (corpus / "test.ref").read_text(encoding="utf-8").splitlines()

@@ -84,8 +84,8 @@ def shared_main_job(tmp_path_factory, toy):
     """The run dir of the main job's training stage with the ``tiny`` budget (vanilla 2+2 and
     cycle_rev 4+4 over 2 sets, 8 updates each) on the shared toy corpus, trained once per run;
     returns (run dir, {name: checkpoint}). Tests that write into the run dir work on a copy."""
-    from fairseq_shared.experiments.configs import load_budget
-    from fairseq_shared.experiments.drivers import main_job
+    from harness.configs import load_budget
+    from harness import main_job
 
     with shared_build(tmp_path_factory, "main_job") as (out, complete):
         listing = out.parent / "main_job.checkpoints.json"

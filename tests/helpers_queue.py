@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_shared.experiments import queue
+from harness import queue
 from helpers_data import shared_toy_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

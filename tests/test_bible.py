@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_shared.data import bible, pipeline, scoring
+from fairseq_shared import scoring
+from fairseq_shared.data import bible, pipeline
 from fairseq_shared.data.align import align_11
 from fairseq_shared.data.osis import casing_lexicon, osis_to_text, recase_chapter_opening
 

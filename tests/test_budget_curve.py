@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_shared.experiments import budget_curve, budget_findings, budget_report, milestones
-from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
-from fairseq_shared.experiments.corpus import CORPUS_FILES
-from fairseq_shared.experiments.run_record import learning_curve, train_run
-from fairseq_shared.experiments.runs import plan_run
+from harness import budget_curve, budget_findings, budget_report, milestones
+from harness.configs import CONFIGS, load_budget, select_configs
+from harness.corpus import CORPUS_FILES
+from harness.run_record import learning_curve, train_run
+from harness.runs import plan_run
 from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
 
 
@@ -281,8 +281,8 @@ def test_averaged_milestones_decode_and_validate_the_final_stages_average(uninte
     average of its last checkpoints, as the final stage does, and the final stage reuses the
     last milestone's; the averaged valid loss is fairseq-validate's on that average, which on
     a plain checkpoint gives the loss training logged."""
-    from fairseq_shared.experiments.corpus import corpus_paths
-    from fairseq_shared.experiments.valid_loss import valid_loss
+    from harness.corpus import corpus_paths
+    from harness.valid_loss import valid_loss
 
     # the same run (its key leaves out the limits and the milestones) already trained to 30
     # updates: this worker measures milestone 30 from it, then trains on to 40

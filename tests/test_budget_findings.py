@@ -5,7 +5,7 @@ a reproducibility check)."""
 
 import pytest
 
-from fairseq_shared.experiments import budget_findings, budget_long
+from harness import budget_findings, budget_long
 
 
 def milestone(name, seed, k, losses, bleu=20.0, hyps=None):

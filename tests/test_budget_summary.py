@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from fairseq_shared.experiments.budget_summary import speed_cells, summary_table
-from fairseq_shared.experiments.frontier_report import later_runs
-from fairseq_shared.experiments.statistics import Difference
+from harness.budget_summary import speed_cells, summary_table
+from harness.frontier_report import later_runs
+from harness.statistics import Difference
 
 
 def final(name, seed, bleu, decoder_n=3, params=1000):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fairseq_shared.experiments import cpu_clock, run_record
+from harness import cpu_clock, run_record
 
 
 def test_cpu_per_update_takes_the_last_attempt_and_estimates_unrecorded_updates():

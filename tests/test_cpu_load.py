@@ -4,8 +4,8 @@ start (``experiments/cpu_load.py``), on synthetic ``/proc/stat`` samples."""
 import pytest
 
 from fairseq_shared.errors import FairseqSharedError
-from fairseq_shared.experiments import cpu_load
-from fairseq_shared.experiments.training import training_env, wait_policy
+from harness import cpu_load
+from harness.training import training_env, wait_policy
 
 
 def stat(user, nice, system, idle, cpus=2):

@@ -1,4 +1,5 @@
-"""No dead definitions: every module-level function, class and constant of the package is named
+"""No dead definitions: every module-level function, class and constant of the plug-in and of the
+harness is named
 somewhere besides its definition (code, tests, scripts or docs), and no ``__all__`` exports a
 private name. Read from the source with ``ast`` and a word search; nothing is imported."""
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fairseq_shared"
-SEARCHED = ("fairseq_shared", "tests", "scripts", "docs", "recipes")
+SEARCHED = ("fairseq_shared", "harness", "tests", "scripts", "docs", "recipes")
+CHECKED = (PACKAGE, ROOT / "harness")
 ENTRY_POINTS = {"main"}  # called by python -m and the console scripts
 
 
@@ -35,7 +37,7 @@ def test_every_definition_is_used_somewhere():
     # one pass over the corpus: an identifier's \b-delimited occurrences are its \w+ tokens
     words = Counter(w for t in texts.values() for w in re.findall(r"\w+", t))
     unused = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for d in CHECKED for p in d.rglob("*.py")):
         for line, name in definitions(ast.parse(texts[path])):
             if name in ENTRY_POINTS or (name.startswith("__") and name.endswith("__")):
                 continue
@@ -46,7 +48,7 @@ def test_every_definition_is_used_somewhere():
 
 def test_no_all_exports_a_private_name():
     private = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for d in CHECKED for p in d.rglob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):

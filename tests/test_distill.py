@@ -15,7 +15,7 @@ import torch
 from fairseq.data import data_utils
 
 from fairseq_shared.cli.distill import main
-from fairseq_shared.data.distill import distill
+from fairseq_shared.distill.run import distill
 from helpers_data import ENV, USER_DIR, data_bin, run_tool, trained_checkpoints
 
 torch.set_num_threads(1)

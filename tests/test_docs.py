@@ -14,13 +14,9 @@ BUDGET = RESULTS / "bible_budget"
 #: Where the README's headline numbers are written: the rendered files of the current answer.
 HEADLINE_HOMES = [BUDGET / "summary.md", BUDGET / "tables.md", BUDGET / "frontier" / "frontier.md",
                   *sorted(BUDGET.glob("frontier_later/*/frontier.md"))]
-#: The model binaries main keeps (results/README.md, "Model binaries"); no other is added.
-COMMITTED_MODELS = sorted(
-    [f"bible_budget/models/{m}.pt" for m in (
-        "attn_shared_s1", "cycle_rev_2L_s1", "cycle_rev_2L_s2", "nodec_ffn_s1", "one_wide_ffn_s1",
-        "san_dec2L_s1", "vanilla_2L_dec1_s1", "vanilla_2L_dec1_s2", "vanilla_2L_s1",
-        "vanilla_2L_s2", "vanilla_dec2L_s1", "vanilla_s1", "vanilla_s2")]
-    + ["speed_disagreement/models/cycle_rev_1000.pt", "speed_disagreement/models/vanilla_1000.pt"])
+#: The commit whose tree last held the model binaries of results/ (results/README.md, "Model
+#: binaries", says how to restore them); main tracks none since.
+MODELS_COMMIT = "228a8ec"
 DECIMAL = re.compile(r"(?<![\d.])[-+]?\d+\.\d+")
 MAP_MARK = "<!-- package map:"
 
@@ -97,10 +93,11 @@ PAGE_AT = re.compile(r"Every command on this page runs at commit ([0-9a-f]{7,40}
 
 
 def python_m_quotes(body: str):
-    """``(module, commit)`` of every ``python -m fairseq_shared...`` quote; commit is the one
+    """``(module, commit)`` of every ``python -m fairseq_shared...`` (or ``harness...``) quote;
+    commit is the one
     a historical quote (or its page, :data:`PAGE_AT`) names, else None."""
     page = PAGE_AT.search(body)
-    for m in re.finditer(r"python -m (fairseq_shared(?:\.[a-z_]\w*)+)", body):
+    for m in re.finditer(r"python -m ((?:fairseq_shared|harness)(?:\.[a-z_]\w*)+)", body):
         before = HISTORICAL.search(body[max(0, m.start() - 260):m.start() + len("python -m ")])
         yield m.group(1), (before or page).group(1) if (before or page) else None
 
@@ -197,7 +194,7 @@ def test_every_docs_page_is_reachable_from_the_readme():
 
 def test_the_readme_results_table_is_the_rendered_one():
     """The README's results table is a copy of ``summary.md``, which ``python -m
-    fairseq_shared.cli.budget render`` writes from the committed results: no hand arithmetic."""
+    harness.budget render`` writes from the committed results: no hand arithmetic."""
     rendered = [line for line in text(ROOT / "results" / "bible_budget" / "summary.md").splitlines()
                 if line.startswith("|")]
     assert rendered and "\n".join(rendered) in text(ROOT / "README.md"), \
@@ -244,9 +241,13 @@ def test_the_results_index_has_a_row_per_entry_and_the_archive_a_reason_per_item
 
 
 def test_no_model_binary_is_added_to_results():
-    found = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*.pt"))
-    assert found == COMMITTED_MODELS, \
+    import subprocess
+
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "*.pt"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert tracked == ["tests/fixtures/regression.pt"], \
         "new models stay in the work directory (results/README.md, \"Model binaries\")"
+    assert f"git checkout {MODELS_COMMIT} --" in text(RESULTS / "README.md")
 
 
 def test_an_archived_page_names_its_commit_once_for_every_quote():
@@ -254,5 +255,5 @@ def test_an_archived_page_names_its_commit_once_for_every_quote():
             "```bash\npython -m fairseq_shared.cli.relaxed plan\n```\n" + "x\n" * 300 +
             "`python -m fairseq_shared.cli.relaxed render`")
     assert list(python_m_quotes(body)) == [("fairseq_shared.cli.relaxed", "af87f30")] * 2
-    assert list(python_m_quotes("`python -m fairseq_shared.cli.budget`")) == [
-        ("fairseq_shared.cli.budget", None)]
+    assert list(python_m_quotes("`python -m harness.budget`")) == [
+        ("harness.budget", None)]

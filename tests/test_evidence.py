@@ -1,5 +1,5 @@
 """The evidence runs, a budget without milestones of the translation suite
-(:mod:`fairseq_shared.experiments.budget_curve`): a worker queue with one committed file per run,
+(:mod:`harness.budget_curve`): a worker queue with one committed file per run,
 claims, and the equal-updates tables rebuilt from those files (tiny budget on the toy corpus)."""
 
 import json
@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from fairseq_shared.experiments import budget_curve, budget_report, queue, run_record
-from fairseq_shared.experiments.corpus import CORPUS_FILES, snapshot_corpus
-from fairseq_shared.experiments.statistics import load_runs, read_lines
+from harness import budget_curve, budget_report, queue, run_record
+from harness.corpus import CORPUS_FILES, snapshot_corpus
+from harness.statistics import load_runs, read_lines
 from helpers_data import shared_main_job
 from helpers_queue import toy  # noqa: F401  (a fixture)
 

@@ -8,7 +8,7 @@ import pytest
 
 from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
 from fairseq_shared.cli.arg_types import unit_interval
-from fairseq_shared.experiments.configs import BUDGETS, load_budget
+from harness.configs import BUDGETS, load_budget
 from fairseq_shared.san.policy import PolicyError, parse_policy
 from fairseq_shared.sharing.assignment import (
     SharingConfigError,

@@ -23,7 +23,7 @@ def san_checkpoint(toy, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frontier_run(toy, ckpts, san_checkpoint, tmp_path_factory):
-    from fairseq_shared.experiments.drivers import frontier
+    from harness import frontier
 
     out = tmp_path_factory.mktemp("frontier")
     common = ["--data", toy, "--out", str(out / "results"), "--work", str(out / "work"),
@@ -103,8 +103,8 @@ def test_san_is_recorded_as_not_exportable_with_the_reason(frontier_run):
 
 
 def test_table_plots_and_pick_come_from_the_records(frontier_run):
-    from fairseq_shared.experiments.drivers import frontier
-    from fairseq_shared.experiments.frontier_report import (by_configuration, disk_mb,
+    from harness import frontier
+    from harness.frontier_report import (by_configuration, disk_mb,
                                                             load_records, options, pick)
 
     out, argv = frontier_run
@@ -141,7 +141,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     assert p["as_good"] == ["a / fairseq", "c / fairseq"]
     assert p["fastest"]["1"]["option"] == "c / fairseq" and p["smallest"]["option"] == "c / fairseq"
     # seeds of one configuration (<configuration>_s<seed>) are picked by their mean
-    from fairseq_shared.experiments.frontier_report import by_configuration
+    from harness.frontier_report import by_configuration
 
     seeded = [{"model": m, "engine": "fairseq", "bleu": b, "disk_bytes": 4e6, "boot": "x",
                "batch": {"1": {"cpu_tokens_per_s": t}}}
@@ -152,7 +152,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
     p = pick(list(grouped.values()))
     assert p["best_bleu"] == {"option": "b / fairseq", "bleu": 19.8, "bleu_seeds": [19.8]}
     assert p["fastest"]["1"]["option"] == "a / fairseq"  # a's mean, not its lucky seed
-    from fairseq_shared.experiments.frontier_report import short_table
+    from harness.frontier_report import short_table
 
     recs = [{"model": m, "params": 1000, "settings": {"batch_sizes": [1]}}
             for m in ("a_s1", "a_s2", "b_s1")]
@@ -161,7 +161,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
                          "| b | 1 | 1,000 | 19.80 | 4.00 / - | 0.75 / - / - / - |"]
     # a configuration named as the anchor (the default `--anchor vanilla` when the models are
     # vanilla_s1, ...) anchors the per-model table at its first seed, not at nothing
-    from fairseq_shared.experiments.frontier_report import anchor_model, markdown
+    from harness.frontier_report import anchor_model, markdown
 
     assert anchor_model(seeded, "a") == "a_s1" and anchor_model(seeded, "a_s2") == "a_s2"
     for r, rec in zip(seeded, recs):
@@ -187,7 +187,7 @@ def test_table_plots_and_pick_come_from_the_records(frontier_run):
 def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path):
     import shutil
 
-    from fairseq_shared.experiments import frontier_report
+    from harness import frontier_report
     from fairseq_shared.timing import machine
 
     out, _ = frontier_run
@@ -228,7 +228,7 @@ def test_speeds_are_compared_only_within_one_machine_boot(frontier_run, tmp_path
 
 
 def test_bad_checkpoint_lists_fail_with_one_line(tmp_path, capsys):
-    from fairseq_shared.experiments.drivers import frontier
+    from harness import frontier
 
     for spec, msg in (("vanilla", "is not NAME=PATH"), (f"a={tmp_path}/x.pt", "no such file")):
         assert frontier.main(["--checkpoints", spec, "--data", str(tmp_path),
@@ -277,7 +277,7 @@ def test_the_budget_frontier_splits_its_models_evenly_with_the_anchor_first(budg
 
 def test_the_budget_frontier_refuses_another_build_of_the_corpus(budget_frontier, toy,  # noqa: F811
                                                                   tmp_path, capsys):
-    from fairseq_shared.experiments.corpus import snapshot_corpus
+    from harness.corpus import snapshot_corpus
 
     results = tmp_path / "results"
     (results / "models").mkdir(parents=True)
@@ -295,7 +295,7 @@ def test_the_budget_frontier_refuses_another_build_of_the_corpus(budget_frontier
 def test_a_resumed_frontier_measures_again_what_another_boot_recorded(frontier_run, tmp_path):
     import shutil
 
-    from fairseq_shared.experiments.drivers import frontier
+    from harness import frontier
     from fairseq_shared.timing import machine
 
     out, argv = frontier_run

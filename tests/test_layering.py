@@ -1,20 +1,22 @@
-"""The lines between library, user commands and harness (read from the source with ``ast``;
-nothing is imported): nothing outside ``experiments/`` and ``cli/`` imports
-``fairseq_shared.experiments``; in ``cli/`` only the named aliases of harness drivers do; and
-the library's packages never import the commands of ``cli/``."""
+"""The lines between the plug-in, its commands and the research harness (read from the source
+with ``ast``; nothing is imported). The plug-in (``fairseq_shared/``, what the wheel ships) never
+imports the harness (``harness/``, run from the checkout); its packages import only packages of
+their own layer's rank or below (:data:`LAYERS`); and no library package imports a command."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fairseq_shared"
-HARNESS = "fairseq_shared.experiments"
+HARNESS = "harness"
 COMMANDS = "fairseq_shared.cli"
-ABOVE_THE_LIBRARY = ("experiments", "cli")
-#: The modules of cli/ that are ``python -m`` aliases of harness drivers (experiments/drivers/),
-#: kept because README.md, results/ and the Makefile quote them.
-HARNESS_ALIASES = ("budget", "frontier", "main_job")
+#: The plug-in's layers, lowest first: a module imports only its own package and lower ranks.
+#: Rank 0 is the package's own modules (errors, checkpoint_io, compat, scoring, subsets, ...);
+#: data and export are siblings (corpora and exports of a trained model); timing decodes exports;
+#: distill translates a corpus with an exported teacher; cli/ is the commands.
+LAYERS = {"sharing": 1, "san": 2, "models": 3, "tools": 4, "data": 5, "export": 5, "timing": 6,
+          "distill": 7, "cli": 8}
 #: Library packages that never import a command (cli/ is above them).
-BELOW_THE_COMMANDS = ("sharing", "san", "tools", "models", "export", "timing", "data")
+BELOW_THE_COMMANDS = tuple(name for name in LAYERS if name != "cli")
 
 
 def imported_modules(tree: ast.AST):
@@ -29,8 +31,9 @@ def imported_modules(tree: ast.AST):
 
 
 def library_files():
+    """The plug-in's modules but its commands (cli/)."""
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).parts[0] not in ABOVE_THE_LIBRARY:
+        if path.relative_to(PACKAGE).parts[0] != "cli":
             yield path
 
 
@@ -56,30 +59,61 @@ def imports_of(paths, package: str, main_blocks: bool = True):
     return offenders
 
 
-def test_the_library_never_imports_the_harness():
-    offenders = imports_of(library_files(), HARNESS)
+def test_the_plug_in_never_imports_the_harness():
+    offenders = imports_of(sorted(PACKAGE.rglob("*.py")), HARNESS)
     assert not offenders, "\n".join(offenders)
 
 
-def test_user_commands_never_import_the_harness_but_the_named_aliases():
-    commands = sorted(PACKAGE.glob("cli/*.py"))
-    aliases = [p for p in commands if p.stem in HARNESS_ALIASES]
-    assert len(aliases) == len(HARNESS_ALIASES), "an alias of HARNESS_ALIASES is gone"
-    offenders = imports_of([p for p in commands if p.stem not in HARNESS_ALIASES], HARNESS)
-    assert not offenders, "\n".join(offenders)
-    for alias in aliases:  # an alias is the import of its driver's main and the __main__ call
-        code = [n for n in ast.parse(alias.read_text(encoding="utf-8")).body
-                if not isinstance(n, ast.Expr)]
-        assert len(code) == 2 and isinstance(code[0], ast.ImportFrom), alias
-        assert code[0].module == f"{HARNESS}.drivers.{alias.stem}", alias
+def layer_of(parts) -> tuple:
+    """(package, rank) of a module given as the parts of its path or name below
+    ``fairseq_shared``: a top-level module is rank 0 and of no package."""
+    if parts[0] in LAYERS:
+        return parts[0], LAYERS[parts[0]]
+    return None, 0
 
 
-def test_the_library_packages_never_import_the_commands():
-    """Not even from a ``__main__`` block: each command has one module path, in cli/."""
-    paths = [p for p in sorted(PACKAGE.rglob("*.py"))
-             if p.relative_to(PACKAGE).parts[0] in BELOW_THE_COMMANDS]
-    offenders = imports_of(paths, COMMANDS)
+def layer_offenders(package_dir: Path):
+    """``path:line imports module`` for each import of a higher layer, or of a sibling package of
+    the same rank (data and export)."""
+    offenders = []
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir).parts
+        if parts == ("__init__.py",):  # the plug-in's entry registers the models: above all
+            continue
+        own, own_rank = layer_of(parts)
+        for line, module in imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+            names = module.split(".")
+            if names[0] != "fairseq_shared" or len(names) < 2:
+                continue
+            other, other_rank = layer_of(names[1:])
+            if other != own and (other_rank > own_rank or (other_rank == own_rank and other)):
+                offenders.append(f"{path.relative_to(package_dir.parent)}:{line} imports {module}")
+    return offenders
+
+
+def test_every_package_imports_only_lower_layers():
+    offenders = layer_offenders(PACKAGE)
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_layer_check_sees_an_import_upwards_and_between_siblings(tmp_path):
+    fake = tmp_path / "fairseq_shared"
+    for package in ("export", "data", "timing"):
+        (fake / package).mkdir(parents=True)
+    (fake / "export" / "verify.py").write_text("from fairseq_shared.timing import select_ids\n")
+    (fake / "data" / "x.py").write_text("from fairseq_shared.export import api\n"
+                                        "from fairseq_shared.subsets import select_ids\n")
+    (fake / "timing" / "y.py").write_text("from fairseq_shared.export import ct2\n")
+    assert layer_offenders(fake) == [
+        "fairseq_shared/data/x.py:1 imports fairseq_shared.export",
+        "fairseq_shared/data/x.py:1 imports fairseq_shared.export.api",
+        "fairseq_shared/export/verify.py:1 imports fairseq_shared.timing",
+        "fairseq_shared/export/verify.py:1 imports fairseq_shared.timing.select_ids"]
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(LAYERS)
 
 
 def test_only_the_main_block_is_left_out(tmp_path):
@@ -90,6 +124,14 @@ def test_only_the_main_block_is_left_out(tmp_path):
     assert imports_of([path], COMMANDS, main_blocks=False) == []
 
 
+def test_the_library_packages_never_import_the_commands():
+    """Not even from a ``__main__`` block: each command has one module path, in cli/."""
+    paths = [p for p in sorted(PACKAGE.rglob("*.py"))
+             if p.relative_to(PACKAGE).parts[0] in BELOW_THE_COMMANDS]
+    offenders = imports_of(paths, COMMANDS)
+    assert not offenders, "\n".join(offenders)
+
+
 def test_no_relative_imports_hide_an_import_of_the_harness():
     relative = [f"{p.relative_to(PACKAGE.parent)}:{n.lineno}" for p in library_files()
                 for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
@@ -98,10 +140,10 @@ def test_no_relative_imports_hide_an_import_of_the_harness():
 
 
 def test_the_check_sees_an_import_of_the_harness():
-    tree = ast.parse("import os\nfrom fairseq_shared.experiments.configs import CONFIGS\n"
-                     "from fairseq_shared import experiments\n")
-    found = {m for _, m in imported_modules(tree) if m.startswith(HARNESS)}
-    assert {"fairseq_shared.experiments.configs", "fairseq_shared.experiments"} <= found
+    tree = ast.parse("import os\nfrom harness.configs import CONFIGS\n"
+                     "from harness import queue\nimport harness_of_another_project\n")
+    found = {m for _, m in imported_modules(tree) if m == HARNESS or m.startswith(HARNESS + ".")}
+    assert found == {"harness.configs", "harness.configs.CONFIGS", "harness", "harness.queue"}
     assert not any(m.startswith("os") for m in found)
 
 
@@ -109,7 +151,7 @@ def test_library_files_covers_the_package_but_not_the_harness():
     names = {str(p.relative_to(PACKAGE)) for p in library_files()}
     assert "sharing/assignment.py" in names and "fairseq_commands.py" in names
     assert "tools/checkpoints.py" in names and "cli/count_params.py" not in names
-    assert not any(n.startswith(("experiments/", "cli/")) for n in names)
+    assert not any(n.startswith("cli/") for n in names)
 
 
 def test_every_imported_module_of_the_package_exists():
@@ -119,15 +161,15 @@ def test_every_imported_module_of_the_package_exists():
 
     root = PACKAGE.parent
     missing = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(root / "tests").glob("*.py"),
-                        *(root / "scripts").glob("*.py")]):
+    for path in sorted([*PACKAGE.rglob("*.py"), *(root / HARNESS).rglob("*.py"),
+                        *(root / "tests").glob("*.py"), *(root / "scripts").glob("*.py")]):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
                      and node.module else [])
             for name in names:
-                if name.split(".")[0] == "fairseq_shared" and \
+                if name.split(".")[0] in ("fairseq_shared", HARNESS) and \
                         importlib.util.find_spec(name) is None:
                     missing.append(f"{path.relative_to(root)}:{node.lineno} imports {name}")
     assert not missing, "\n".join(missing)

@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
-from fairseq_shared.experiments import queue
-from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
-from fairseq_shared.experiments.drivers import main_job
-from fairseq_shared.experiments.run_record import train_run
-from fairseq_shared.experiments.runs import Run, make_plan, print_plan
+from harness import queue
+from harness.configs import CONFIGS, load_budget, select_configs
+from harness import main_job
+from harness.run_record import train_run
+from harness.runs import Run, make_plan, print_plan
 from fairseq_shared.data.toydata import SIZES
 from helpers_data import shared_main_job, shared_toy_corpus
 

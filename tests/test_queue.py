@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_shared.experiments import budget_curve, child, queue, queue_cli
+from harness import budget_curve, child, queue, queue_cli
 from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
 from helpers_queue import attempts as count_attempts
 
@@ -335,8 +335,8 @@ def test_a_run_state_file_that_is_not_json_stops_with_its_path(tmp_path):
     with pytest.raises(SystemExit) as e:
         queue.read_json(bad, strict=True)
     assert str(e.value).startswith(f"{bad}: unreadable (JSONDecodeError") and "\n" not in str(e.value)
-    from fairseq_shared.experiments.configs import CONFIGS, load_budget
-    from fairseq_shared.experiments.runs import Run
+    from harness.configs import CONFIGS, load_budget
+    from harness.runs import Run
 
     run = Run(CONFIGS[0], load_budget("tiny"), str(tmp_path / "data"), str(tmp_path / "out"))
     os.makedirs(run.dir)

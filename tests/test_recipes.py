@@ -224,7 +224,7 @@ def test_nist_zh_en_prepare_and_missing_data(tmp_path, monkeypatch):
     cmd = recipe_runs.train_command(task, work, {})
     assert "--share-decoder-input-output-embed" in cmd and "--share-all-embeddings" not in cmd
     # multi-reference, case-insensitive scoring
-    from fairseq_shared.data import scoring
+    from fairseq_shared import scoring
 
     refs = [read_lines(work / "raw" / f"nist03.ref{i}.en") for i in range(4)]
     res = scoring.score([r.upper() for r in refs[2]], refs, lowercase=True)

@@ -7,7 +7,7 @@ import statistics as stats
 
 import pytest
 
-from fairseq_shared.experiments import statistics as st
+from harness import statistics as st
 
 
 def test_seed_summary_is_a_t_interval_over_seeds():

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fairseq_shared.errors import FairseqSharedError
-from fairseq_shared.experiments import train_rate
+from harness import train_rate
 from helpers_queue import toy  # noqa: F401  (a fixture)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
@@ -44,7 +44,7 @@ def test_a_restart_needs_exactly_one_checkpoint_at_the_update_and_names_what_is_
 
 def test_rates_refuses_from_without_its_update_in_one_line():
     result = subprocess.run(
-        [sys.executable, "-m", "fairseq_shared.cli.budget", "rates", "--data", "nowhere",
+        [sys.executable, "-m", "harness.budget", "rates", "--data", "nowhere",
          "--out", "nowhere.json", "--from", "work/budget_long/runs_s1"],
         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode != 0 and "Traceback" not in result.stderr
@@ -85,7 +85,7 @@ def test_the_benchmark_table_has_a_column_per_load_and_a_row_per_policy():
 ])
 def test_rates_refuses_bad_flags_in_one_line(flag, value, message):
     result = subprocess.run(
-        [sys.executable, "-m", "fairseq_shared.cli.budget", "rates", "--data", "nowhere",
+        [sys.executable, "-m", "harness.budget", "rates", "--data", "nowhere",
          "--out", "nowhere.json", flag, value], capture_output=True, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -110,8 +110,8 @@ def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(toy):
 
 @pytest.mark.slow
 def test_a_restart_measures_the_updates_after_a_long_runs_checkpoint(toy, tmp_path):
-    from fairseq_shared.experiments.configs import CONFIGS, load_budget, select_configs
-    from fairseq_shared.experiments.runs import make_plan
+    from harness.configs import CONFIGS, load_budget, select_configs
+    from harness.runs import make_plan
 
     budget = load_budget("tiny_milestones", ["max_update=8", "threads=1"])
     run = make_plan(select_configs(CONFIGS, "vanilla", None), budget, toy, str(tmp_path))[0]
@@ -135,8 +135,8 @@ def test_beside_a_busy_process_auto_records_the_load_and_its_choice(toy):
 
 
 def test_the_logged_policy_is_read_from_the_last_start_header(tmp_path):
-    from fairseq_shared.experiments.train_rate import logged_policy
-    from fairseq_shared.experiments.training import start_header
+    from harness.train_rate import logged_policy
+    from harness.training import start_header
 
     log = tmp_path / "train.log"
     log.write_text(start_header("DEFAULT", None, ["fairseq-train", "data"]) + "| INFO | x\n"

@@ -12,7 +12,7 @@ import sys
 from typing import Optional, Sequence
 
 from fairseq_shared.cli.errors import command
-from fairseq_shared.data.distill import DEFAULTS
+from fairseq_shared.distill.run import DEFAULTS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from fairseq_shared.data.distill import distill
+    from fairseq_shared.distill.run import distill
 
     settings = dict(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
                     max_len_b=args.max_len_b)

@@ -1,11 +1,11 @@
 """Detokenized sacreBLEU and chrF of hypotheses: the command line of
-``python -m fairseq_shared.cli.scoring``; what it does is :mod:`fairseq_shared.data.scoring`."""
+``python -m fairseq_shared.cli.scoring``; what it does is :mod:`fairseq_shared.scoring`."""
 
 import argparse
 import json
 import sys
 
-from fairseq_shared.data import scoring as library
+from fairseq_shared import scoring as library
 
 
 def _read(path):

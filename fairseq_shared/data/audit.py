@@ -144,7 +144,7 @@ def contaminated_train_indices(closest: Sequence[Dict], threshold: float = NEAR_
 
 def audit_split(held_src, held_tgt, train_src, train_tgt, k=DEFAULT_K, indexes=None,
                 examples=5) -> Dict:
-    from fairseq_shared.data.scoring import score
+    from fairseq_shared.scoring import score
 
     indexes = indexes or (CharNgramIndex(train_src), CharNgramIndex(train_tgt))
     n = len(held_src)
@@ -301,7 +301,7 @@ def heldout_baseline(root, ids=None, split: str = "test", tgt: str = "en") -> Op
     """The lookup baseline of a prepared corpus on the decoded sentences ``ids`` (all when
     None), and which of those positions are near-duplicates of training data; None when the
     corpus has no audit (``audit.json`` and ``lookup.SPLIT.TGT`` beside ``raw/``)."""
-    from fairseq_shared.data.scoring import score
+    from fairseq_shared.scoring import score
 
     root = Path(root)
     report_path, lookup_path = root / "audit.json", root / f"lookup.{split}.{tgt}"
@@ -321,7 +321,7 @@ def heldout_baseline(root, ids=None, split: str = "test", tgt: str = "en") -> Op
 
 def score_without(hyps: Sequence[str], refs: Sequence[str], drop: Sequence[int]) -> Dict:
     """BLEU/chrF of ``hyps`` with the positions ``drop`` (near-duplicates) left out."""
-    from fairseq_shared.data.scoring import score
+    from fairseq_shared.scoring import score
 
     drop = set(drop)
     keep = [k for k in range(len(hyps)) if k not in drop]

@@ -11,7 +11,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from fairseq_shared.data import pipeline, scoring
+from fairseq_shared import scoring
+from fairseq_shared.data import pipeline
 from fairseq_shared.data.pipeline import log, read_lines, write_lines
 from fairseq_shared.fairseq_commands import fairseq_command
 

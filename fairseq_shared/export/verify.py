@@ -343,7 +343,7 @@ def verify(loaded, plain_model, subset: str, sentences: int, settings: Dict,
     """The check of ``loaded``'s kind on ``sentences`` evenly spaced sentences of ``subset``
     (``settings``: fairseq's beam settings, a translation model's only): the report's
     ``verify`` section."""
-    from fairseq_shared.timing import select_ids
+    from fairseq_shared.subsets import select_ids
 
     task = loaded.task
     task.load_dataset(subset)

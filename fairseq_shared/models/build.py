@@ -1,6 +1,6 @@
 """Build a model from fairseq-train's flags, untrained, and count its unique parameters: the
 one helper behind ``python -m fairseq_shared.cli.count_params`` and the harness's parameter
-counts (:func:`fairseq_shared.experiments.runs.count_params`).
+counts (:func:`harness.runs.count_params`).
 
 The model is built for real, as fairseq-train builds it (its parser, the task's
 ``build_model``), on one thread; each tied tensor counts once, as fairseq-train logs

@@ -5,7 +5,7 @@ import statistics
 import time
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_shared.data.scoring import score
+from fairseq_shared.scoring import score
 from fairseq_shared.timing.results import BenchmarkReport, ModelResult
 from fairseq_shared.timing.session import Session, _parse_force
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fairseq_shared.fairseq_commands import USER_DIR
+from fairseq_shared.subsets import select_ids
 from fairseq_shared.timing import machine
 from fairseq_shared.timing.passes import DroppedSentencesError, LoadedModel
 
@@ -77,13 +78,6 @@ def _parse_force(force) -> Optional[Union[str, int]]:
     if isinstance(force, str) and force.isdigit():
         return int(force)
     raise ValueError(f"force={force!r}: use None, 'reference', an int L or 'fixed:L'")
-
-
-def select_ids(num: int, subset: Optional[int]) -> np.ndarray:
-    """Ids of the sentences to decode: all, or ``subset`` evenly spaced over the test set."""
-    if not subset or subset >= num:
-        return np.arange(num, dtype=np.int64)
-    return np.unique(np.linspace(0, num - 1, subset).round().astype(np.int64))
 
 
 class ScriptedGenerator:

@@ -1,0 +1,238 @@
+"""What the budget tables conclude from the final models: pure functions of the records
+:func:`harness.budget_report.load` reads, with the statistics of
+:mod:`~harness.statistics`."""
+
+import statistics
+from typing import Dict, List, Optional, Tuple
+
+from harness.budget_curve import NAMES
+from harness.budget_summary import valid_losses
+from harness.configs import (BASELINES, CONFIGS, depths, load_budget,
+                                                select_configs)
+from harness.statistics import (compare, compare_bleu, fmt_difference,
+                                                    pooled_sd)
+
+BASELINE = "vanilla"
+def averaging_lines(stages, finals) -> List[str]:
+    """Averaging's gain per run: the final averaged model against the checkpoint it ends at."""
+    lines = ["## What averaging adds, per run (final average of the last 5 checkpoints against "
+             "the last checkpoint)", "",
+             "| run | updates | checkpoint BLEU | averaged BLEU | gain | checkpoint valid loss "
+             "| averaged valid loss |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in (n for n in NAMES if n in finals):
+        for seed, f in sorted(finals[name].items()):
+            m = stages.get(name, {}).get(seed, {}).get(f["updates"])
+            if not m:
+                continue
+            avg_loss = f.get("average_valid_loss")
+            lines.append(f"| {name}_s{seed} | {f['updates']:,} | {m['test']['bleu']:.2f} | "
+                         f"{f['test']['bleu']:.2f} | {f['test']['bleu'] - m['test']['bleu']:+.2f} | "
+                         f"{m['valid_loss']:.3f} | "
+                         f"{f'{avg_loss:.3f}' if avg_loss is not None else '-'} |")
+    return lines + [""]
+
+
+def describe(name: str, final: List[Dict]):
+    """(label, "enc+dec" layers) of a configuration: from its final record, else (a run with
+    milestones only) from its declaration under the suite's budget."""
+    if final:
+        return final[0]["label"], f"{final[0]['N']}+{final[0]['decoder_N']}"
+    config = select_configs(CONFIGS, name, None)[0]
+    encoder, decoder = depths(config, load_budget("budget_curve")["L"])
+    return config.get("label", name), f"{encoder}+{decoder}"
+
+
+def method_note(pooled: Dict) -> str:
+    """How the tables' differences were computed, with the pooled seed sds they used."""
+    def sd(key, spec):
+        value, df = pooled[key]
+        return f"{value:{spec}} ({df} degrees of freedom)" if value is not None else "none yet"
+    return ("Differences between configurations (final models): the difference of the seed "
+            "means with a 95% t interval whose seed variance is pooled over every configuration "
+            f"(seed sd: BLEU {sd('bleu', '.2f')}, valid loss {sd('valid_loss', '.3f')} bits) "
+            "plus, for BLEU, the test-sampling variance of a paired sentence bootstrap (1,000 "
+            "resamples of the test sentences, the same for every model); \"not resolved\" where "
+            "the interval covers 0 (`harness/statistics.py`). The sentence "
+            "bootstrap between two single models of one seed (`tables.md`, last BLEU column) is "
+            "test sampling only, never a configuration's significance. Valid loss is compared "
+            "only between configurations trained on the same targets: a distilled student's is "
+            "its likelihood of the real references after training on the teacher's outputs, "
+            "which distillation raises while it raises BLEU, so its rows compare by BLEU and chrF.")
+
+
+#: the comparisons whose crossover the tables state: (unshared baseline, shared configuration)
+CROSSOVER_PAIRS = [("vanilla", "cycle_rev_2L")]
+
+
+CROSSOVER_TITLE = "Crossover of valid loss"
+
+
+#: two models whose int8 sizes differ by less than this share are the same size
+SAME_SIZE = 0.01
+
+
+def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
+                    pooled: Tuple[Optional[float], int] = (None, 0),
+                    title: str = CROSSOVER_TITLE,
+                    int8_mb: Optional[Dict[str, float]] = None) -> List[str]:
+    """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
+    its baseline's, at equal updates and at equal training CPU (updates scaled by the
+    one-machine rate ratio), as measured: the gap at the last update both reach with its 95%
+    interval over seeds (``pooled``: the seed sd of valid loss and its degrees of freedom,
+    :func:`comparisons`), and the first point where the shared one is level or ahead with how
+    many validations from there it stays so (mean curves inside seed noise cross back and
+    forth), or that there is none. With ``int8_mb`` (CTranslate2 int8 MB per configuration), what equal size
+    means for the pair: :func:`equal_size_line`."""
+    lines = [f"## {title} (mean over seeds; negative: the shared model is ahead)", ""]
+    for base, shared in CROSSOVER_PAIRS:
+        if base not in stages or shared not in stages:
+            continue
+        (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[shared])
+        base_at = dict(zip(bu, bl))
+        ratio = (cpu_per_update[shared] / cpu_per_update[base]
+                 if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
+                 else None)
+        axes = [("equal updates", 1.0)] + ([("equal training CPU", ratio)] if ratio else [])
+        kept = {n: furthest_seeds(stages[n]) for n in (shared, base)}
+        seeds = f"{len(kept[shared])} vs {len(kept[base])} seeds" + "".join(
+            f"; {n} s{s} left out, at {max(stages[n][s]):,} so far"
+            for n in (shared, base) for s in sorted(stages[n]) if stages[n][s] and s not in kept[n])
+        for axis, scale in axes:
+            points = []
+            for u, losses in zip(su, sl):
+                at = int(round(u * scale / 100) * 100)
+                if at in base_at:
+                    points.append((u, at, compare(base_at[at], losses, pooled)))
+            if not points:
+                continue
+            level = next((p for p in points if p[2].delta <= 0), None)
+            u, at, gap = points[-1]
+            where = f"no crossover up to {u:,} updates"
+            if level:  # the mean curves cross back and forth within seed noise: say how often
+                after = points[points.index(level):]
+                where = (f"first level or ahead at {level[0]:,} updates ({base} at {level[1]:,}),"
+                         f" level or ahead at {sum(p[2].delta <= 0 for p in after)} of the "
+                         f"{len(after)} validations from there")
+            lines.append(f"- {shared} against {base}, {axis}"
+                         + (f" (x{scale:.2f} CPU per update)" if scale != 1.0 else "")
+                         + f": {_bits(gap)} at {u:,} updates ({base} at "
+                         f"{at:,}); {where} ({seeds}).")
+        if int8_mb:
+            lines.append(equal_size_line(base, shared, int8_mb))
+    return lines + [""] if len(lines) > 2 else []
+
+
+def equal_size_line(base: str, shared: str, int8_mb: Dict[str, float]) -> str:
+    """Size does not change with training, so two models of the same int8 size compare at
+    equal size exactly as at equal updates; of different sizes, no pair of equal size was
+    trained and the axis has no measurement."""
+    head = f"- {shared} against {base}, equal size"
+    if base not in int8_mb or shared not in int8_mb:
+        return f"{head}: not measured (no int8 export of both in the frontier)."
+    a, b = int8_mb[shared], int8_mb[base]
+    sizes = f"(int8 {a:.2f} MB against {b:.2f})"
+    if abs(a - b) < SAME_SIZE * b:
+        return f"{head} {sizes}: the same size at every update, so as at equal updates above."
+    return f"{head} {sizes}: not the same size, and no model of the other's size was trained."
+
+
+def _bits(d) -> str:
+    """A valid-loss difference in bits, with its interval where seed variance was counted
+    (the line states the seed counts)."""
+    return (f"{d.delta:+.3f} bits" if d.lo is None
+            else f"{fmt_difference(d, '+.3f', seed_counts=False)} bits")
+
+
+def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
+    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}}, the
+    pooled seed sds): each configuration's final models against vanilla 3+3's and its own
+    unshared pair's (:func:`pair_of`), BLEU counting seeds and test sampling, valid loss seeds."""
+    runs, losses, pooled = _pooled(finals)
+
+    def versus(a: str, b: str) -> Dict:
+        out = {"bleu": compare_bleu(runs[a], runs[b], pooled["bleu"], results, refs)}
+        if a in losses and b in losses and training_data(a) == training_data(b):
+            out["valid_loss"] = compare(losses[a], losses[b], pooled["valid_loss"])
+        return out
+
+    out = {}
+    for name in runs:
+        if name == baseline or baseline not in runs:
+            continue
+        out[name] = versus(baseline, name)
+        pair = pair_of(name)
+        if pair in runs:
+            label, layers = describe(pair, runs[pair])
+            out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
+    return out, pooled
+
+
+def _pooled(finals):
+    """(each configuration's runs in seed order, its measured valid losses (where it has any),
+    the seed sds of BLEU and of valid loss pooled over every configuration)."""
+    runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
+    losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
+    return runs, losses, {"bleu": pooled_sd([[r["test"]["bleu"] for r in rs]
+                                             for rs in runs.values()]),
+                          "valid_loss": pooled_sd(list(losses.values()))}
+
+
+def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
+    """{"bleu"/"valid_loss": {"best": the configuration with the best mean, "set": every
+    configuration not resolved worse than it}}: "best" as a set, not the maximum of noisy
+    means (the same statistics as :func:`comparisons`)."""
+    runs, losses, pooled = _pooled(finals)
+    bleu = {n: statistics.mean(r["test"]["bleu"] for r in rs) for n, rs in runs.items()}
+    top = max(bleu, key=bleu.get)
+    out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
+        compare_bleu(runs[top], runs[n], pooled["bleu"], results, refs).hi or 0) < 0]}}
+    raw = {n: v for n, v in losses.items() if training_data(n) == "raw"}
+    if raw:
+        low = min(raw, key=lambda n: statistics.mean(raw[n]))
+        out["valid_loss"] = {"best": low, "set": [n for n in raw if n == low or not (
+            compare(raw[low], raw[n], pooled["valid_loss"]).lo or 0) > 0],
+            "left_out": sorted(set(losses) - set(raw))}
+    return out
+
+
+def best_lines(best: Dict[str, Dict]) -> List[str]:
+    words = {"bleu": "test BLEU", "valid_loss": "valid loss"}
+    return [f"Best by {words[k]} (the best mean, {v['best']}, and every configuration not "
+            f"resolved worse than it): {', '.join(v['set'])}."
+            + (f" Left out as trained on the teacher's outputs: {', '.join(v['left_out'])}."
+               if v.get("left_out") else "") for k, v in best.items()]
+
+
+def training_data(name: str) -> str:
+    """What a configuration trains on: "raw" (the corpus) or "distilled" (the teacher's
+    outputs); valid losses compare only within one."""
+    return select_configs(CONFIGS, name, None)[0].get("data", "raw")
+
+
+def pair_of(name: str) -> Optional[str]:
+    """The model a configuration is compared with besides vanilla 3+3: its declared ``pair``
+    (a distilled student's is the same architecture on raw data, 12+1's the unshared 6+1 of
+    equal size), else the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
+    config = select_configs(CONFIGS, name, None)[0]
+    pair = config.get("pair") or BASELINES.get(config["tables"][0])
+    return pair if pair not in (None, BASELINE, name) else None
+
+
+def furthest_seeds(by_seed: Dict[int, Dict[int, Dict]]) -> List[int]:
+    """The seeds whose latest milestone is the furthest any seed reached: a run still in
+    progress is left out of a curve rather than cutting it short where it stands."""
+    latest = {s: max(m) for s, m in by_seed.items() if m}
+    return sorted(s for s, u in latest.items() if u == max(latest.values()))
+
+
+def valid_curve(by_seed: Dict[int, Dict[int, Dict]]):
+    """(updates, [per-seed valid losses]) at the counted validations every seed of
+    :func:`furthest_seeds` has, from each one's latest milestone's curve."""
+    interval = int(load_budget("budget_curve")["save_interval_updates"])
+    curves = []
+    for milestones_ in (by_seed[s] for s in furthest_seeds(by_seed)):
+        latest = milestones_[max(milestones_)]
+        curves.append({p["update"]: p["valid_loss"] for p in latest.get("curve", [])
+                       if p.get("valid_loss") is not None and p["update"] % interval == 0})
+    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    return common, [[c[u] for c in curves] for u in common]

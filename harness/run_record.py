@@ -1,0 +1,97 @@
+"""One trained run and its record: :func:`record_run`, the result keys every trained run shares
+around a suite's ``evaluate`` hook, and :func:`run_item`, a run of a budget without milestones
+(trained, its test set decoded once and scored)."""
+
+import os
+from typing import Callable, Dict, List, Sequence
+
+from harness.configs import CONFIGS, load_budget, select_configs
+from harness.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
+from harness.decode import bleu_evaluation
+from harness.queue import Item
+from harness.runs import plan_run
+from harness.training import checkpoint_progress, log_records, train
+
+
+def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]:
+    """Valid loss at every validation, with the training seconds spent up to that update.
+
+    fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
+    interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
+    are the sum over the intervals that end at or before u; an interval logged twice (a killed
+    attempt that was resumed from an earlier checkpoint) counts once, with its last value.
+    ``cpu_costs`` (:func:`~harness.cpu_clock.cpu_per_update`) adds the
+    CPU seconds spent up to each point (``train_cpu_seconds``)."""
+    intervals, points = {}, {}
+    for kind, rec in log_records(log_path):
+        if kind == "train_inner" and "train_wall" in rec:
+            intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
+        elif kind == "valid":
+            point = {"update": int(float(rec["valid_num_updates"])),
+                     "valid_loss": float(rec["valid_loss"])}
+            if "valid_nll_loss" in rec:
+                point["valid_nll_loss"] = float(rec["valid_nll_loss"])
+            points[point["update"]] = point
+    for u, point in points.items():
+        point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
+        if len(cpu_costs) >= u:
+            point["train_cpu_seconds"] = round(cumulative_cpu(cpu_costs, u), 2)
+    return [points[u] for u in sorted(points)]
+
+
+def train_run(run, ident: str, progress=print) -> Dict:
+    """Train (or finish) ``run`` (restartable); returns its done.json content."""
+    if run.skip_reason:
+        raise RuntimeError(f"{ident}: {run.skip_reason}")
+    if run.state() == "done":
+        progress(f"[train] {run.name}: already trained ({run.done_info()['updates']} updates); "
+                 "skipped")
+    else:
+        train(run, progress)
+    return run.done_info()
+
+
+def checkpoint_updates(run) -> int:
+    return checkpoint_progress(run.checkpoint)["updates"] if os.path.exists(run.checkpoint) else 0
+
+
+def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],
+               progress=print) -> Dict:
+    """Train (or finish) ``run``, evaluate it, and return its result: the keys every suite
+    shares, then what ``evaluate(run, result)`` returns (it may also amend the curve)."""
+    info = train_run(run, item.id, progress)
+    costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")),
+                                      info["updates"])
+    result = {"name": item.name, "seed": item.seed, "label": label, "arch": run.arch,
+              "strategy": run.strategy, "scope": run.scope, "N": run.N, "M": run.M,
+              "params": run.params, "updates": info["updates"],
+              "training_seconds": info["training_seconds"],
+              "seconds_per_update": info["training_seconds"] / max(info["updates"], 1),
+              "train_wps": info.get("train_wps"),
+              # CPU seconds of the training process tree: not inflated by other jobs (cpu_clock)
+              "training_cpu_seconds": round(sum(costs), 1) if costs else None,
+              "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
+              "cpu_estimated_updates": estimated,
+              "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
+              "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
+              "budget": dict(run.budget), "train_command": run.train_command()[1:]}
+    result.update(evaluate(run, result))
+    return result
+
+
+def run_item(name: str, seed: int, data: str, work: str, results: str, budget_name: str,
+             overrides: Sequence[str] = (), progress=print) -> Dict:
+    """Train (or finish) one configuration of ``configs.CONFIGS`` with one seed, decode the test
+    set and write its hypotheses; returns the result dict (the queue writes it to
+    ``RESULTS/runs/<name>_s<seed>.json``)."""
+    budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
+    config = select_configs(CONFIGS, name, None)[0]
+    run = plan_run(config, seed, data, work, budget, progress)
+    item = Item(name, seed)
+    result = record_run(run, item, config.get("label", name),
+                        bleu_evaluation(data, budget, results, name, seed, progress), progress)
+    result.update({"tables": config.get("tables", []), "decoder_N": run.dec_N,
+                   "data": os.path.abspath(data), "run_dir": os.path.abspath(run.dir)})
+    progress(f"[run] {item.id}: {result['updates']} updates, valid loss {result['valid_loss']}, "
+             f"test BLEU {result['test']['bleu']:.2f} chrF {result['test']['chrf']:.2f}")
+    return result
