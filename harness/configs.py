@@ -233,7 +233,7 @@ _BUDGET_RULES = {
     **{k: (lambda v: isinstance(v, bool), "true or false")
        for k in ("equal_updates", "normalize_before")},
     "name": (lambda v: isinstance(v, str), "a name"),
-    # long runs in stages (experiments/milestones.py reads and orders the milestones)
+    # long runs in stages (harness/milestones.py reads and orders the milestones)
     "milestones": (lambda v: isinstance(v, (str, list)) or _count(v),
                    "updates such as 1000,2000,4000"),
     "patience": (lambda v: _count(v, 0), "an integer >= 0 (0: no early stop)"),

@@ -1,4 +1,4 @@
-"""The CPU-seconds record of training runs (experiments/cpu_clock.py)."""
+"""The CPU-seconds record of training runs (harness/cpu_clock.py)."""
 
 import subprocess
 import sys

@@ -1,5 +1,5 @@
 """issue 38, item 8: the trainer's OpenMP wait policy, chosen from the machine's load at its
-start (``experiments/cpu_load.py``), on synthetic ``/proc/stat`` samples."""
+start (``harness/cpu_load.py``), on synthetic ``/proc/stat`` samples."""
 
 import pytest
 

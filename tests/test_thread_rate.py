@@ -1,4 +1,4 @@
-"""The one training-rate meter (``experiments/train_rate.py``, ``budget rates``): steady rates
+"""The one training-rate meter (``harness/train_rate.py``, ``budget rates``): steady rates
 from fairseq's log and the CPU log, busy processes beside a measurement, the benchmark table,
 and a real measurement on the toy corpus."""
 

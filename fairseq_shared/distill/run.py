@@ -37,7 +37,7 @@ from fairseq_shared.distill import checks
 from fairseq_shared.data.pipeline import fairseq_preprocess, log, write_lines
 from fairseq_shared.scoring import post_process, score
 
-#: The budget's decoding settings (experiments/configs.py, _DECODE_DEFAULTS).
+#: The budget's decoding settings (harness/configs.py, _DECODE_DEFAULTS).
 DEFAULTS = dict(beam=4, lenpen=1.0, max_len_a=1.2, max_len_b=10)
 
 
