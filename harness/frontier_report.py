@@ -13,6 +13,7 @@ from harness.frontier_engines import ENGINES
 from harness.statistics import markdown_row, markdown_table, save_panels
 from fairseq_shared.markdown import fmt
 from fairseq_shared.timing.machine import boot_key
+from harness.queue import read_record
 
 TOLERANCE = 0.5  # BLEU below the best that still counts as "as good"
 ANCHOR = "vanilla"  # the model whose eager fairseq speed is x1.00 (the driver's --anchor)
@@ -23,8 +24,7 @@ RENDER_ONLY = "python -m harness.frontier --render-only"
 
 
 def load_records(out: str) -> List[Dict]:
-    return [json.loads(Path(p).read_text(encoding="utf-8"))
-            for p in sorted(glob.glob(os.path.join(out, "models", "*.json")))]
+    return [read_record(Path(p)) for p in sorted(glob.glob(os.path.join(out, "models", "*.json")))]
 
 
 def later_runs(folder: str, anchor: str = ANCHOR) -> Dict[str, List[Dict]]:

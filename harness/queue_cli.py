@@ -83,13 +83,18 @@ def main(cmd: Command, argv=None) -> int:
     terminate_on_sigterm()
     snapshot = cmd.prepare(args) if cmd.prepare else []
     repo = queue.results_repository(args.results) if args.commit else None
-    changed = [p for p in snapshot if queue.uncommitted([p], repo)] if repo else []
-    if changed:
-        queue.commit(changed, f"{cmd.suite.tag}: corpus snapshot of {args.data} "
-                     f"({', '.join(p.name for p in changed)})", repo)
     ctx = queue.Context(args.data, args.work, args.results, args.budget, args.set, commit_repo=repo)
+    if repo:  # under its own message, not with whichever run the worker commits next
+        changed = [p for p in snapshot if queue.uncommitted([p], repo)]
+        if changed:
+            ctx.commit(changed, f"{cmd.suite.tag}: corpus snapshot of {args.data} "
+                                f"({', '.join(p.name for p in changed)})")
     finished = queue.work(cmd.suite, items, ctx)
     print(f"[{cmd.suite.tag}] this worker finished: {', '.join(finished) or 'nothing'}")
+    if ctx.not_committed:
+        print(f"[{cmd.suite.tag}] error: {len(ctx.not_committed)} commit(s) failed, nothing of "
+              f"them is committed: {'; '.join(ctx.not_committed)}", file=sys.stderr)
+        return 1
     failed = queue.failed_items(items, ctx)
     if failed:
         print(f"[{cmd.suite.tag}] error: {len(failed)} item(s) failed: "

@@ -23,7 +23,6 @@ Valid loss goes through the same :func:`compare` without the test-sampling term 
 set is fixed and the loss has no per-sentence file here); its tables say so.
 """
 
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_shared.data.pipeline import read_lines
+from harness.queue import read_record
 
 LEVEL = 0.95
 BOOTSTRAP_SAMPLES = 1000
@@ -231,7 +231,7 @@ def load_runs(results: str) -> Dict[str, List[Dict]]:
     """A suite's committed ``RESULTS/runs/*.json``: {configuration: [records sorted by seed]}."""
     runs = defaultdict(list)
     for path in sorted((Path(results) / "runs").glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
+        r = read_record(path)
         runs[r["name"]].append(r)
     return {k: sorted(v, key=lambda r: r["seed"]) for k, v in runs.items()}
 

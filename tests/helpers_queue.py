@@ -1,5 +1,6 @@
 """Run-queue workers as real processes, for the queue and suite tests: a ``python -m`` worker
-of one suite's CLI on the toy corpus (built once per pytest run)."""
+of one suite's command (``harness.<cli>``, run from the checkout) on the toy corpus (built once
+per pytest run)."""
 
 import os
 import subprocess
@@ -26,15 +27,16 @@ def toy(tmp_path_factory) -> str:
     return _TOY["path"]
 
 
-def start_worker(cli: str, toy: str, root: Path, *args: str, delay=None) -> subprocess.Popen:
-    """``python -m fairseq_shared.cli.<cli> run`` with work and results under ``root``;
+def start_worker(cli: str, toy: str, root: Path, *args: str, delay=None,
+                 command: str = "run") -> subprocess.Popen:
+    """``python -m harness.<cli> run`` (or ``command``) with work and results under ``root``;
     ``delay``: the claim delay to inject (:data:`queue.CLAIM_DELAY_ENV`)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                **GIT_IDENTITY)
     env.pop(queue.CLAIM_DELAY_ENV, None)
     if delay:
         env[queue.CLAIM_DELAY_ENV] = str(delay)
-    cmd = [sys.executable, "-m", f"fairseq_shared.cli.{cli}", "run", "--data", toy,
+    cmd = [sys.executable, "-m", f"harness.{cli}", command, "--data", toy,
            "--work", str(root / "work"), "--results", str(root / "results"), *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)

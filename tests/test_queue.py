@@ -344,3 +344,117 @@ def test_a_run_state_file_that_is_not_json_stops_with_its_path(tmp_path):
     (Path(run.dir) / "plan.json").write_text("{trunc", encoding="utf-8")
     with pytest.raises(SystemExit, match="plan.json: unreadable"):
         run.state()
+
+
+def test_a_record_is_never_written_through_a_link_at_a_temporary_name(tmp_path):
+    """Issue 57, data loss 4: a link planted at ``runs/<item>.tmp`` leaves its target alone."""
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("the user's own\n")
+    path = queue.result_path(str(tmp_path / "r"), "a", 1)
+    path.parent.mkdir(parents=True)
+    path.with_suffix(".tmp").symlink_to(victim)
+    queue.write_result(path, {"name": "a", "seed": 1})
+    assert victim.read_text() == "the user's own\n"
+    assert json.loads(path.read_text()) == {"name": "a", "seed": 1} and not path.is_symlink()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["a_s1.json", "a_s1.tmp"]
+
+
+def test_a_truncated_result_record_is_no_result_and_the_item_runs_again(tmp_path):
+    """Issue 57, silent 7: a truncated record does not count as done; plan says so."""
+    calls = []
+    ctx = queue.Context("", str(tmp_path / "w"), str(tmp_path / "r"), "tiny",
+                        progress=lambda m: None)
+    path = queue.result_path(ctx.results, "a", 1)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"name": "a", "se')
+    item = queue.Item("a", 1)
+    assert queue.state(item, ctx) == (f"todo: {path} is not a whole record; the next worker "
+                                      "runs the item again")
+    assert queue.work(_suite(calls), [item], ctx) == ["a_s1"] and calls == ["a_s1"]
+    assert json.loads(path.read_text()) == {"name": "a", "seed": 1, "value": 1,
+                                            "finished": json.loads(path.read_text())["finished"]}
+    assert queue.state(item, ctx) == "done"
+
+
+def _repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for key, value in GIT_IDENTITY.items():
+        monkeypatch.setenv(key, value)
+    return repo
+
+
+def _killed_commit(repo: Path) -> int:
+    """What a queue commit killed with SIGKILL inside git leaves: git's index.lock, and the
+    queue's mark naming the git process, now gone; returns its pid."""
+    gone = subprocess.Popen(["sleep", "60"])
+    queue.write_result(repo / ".git" / queue.COMMIT_MARK,
+                       {"pid": gone.pid, "start": child.start_time(gone.pid), "time": time.time()})
+    (repo / ".git" / "index.lock").write_text("")
+    gone.kill()
+    gone.wait()
+    return gone.pid
+
+
+def test_a_stale_index_lock_of_a_killed_queue_commit_is_removed_and_the_commit_made(
+        tmp_path, monkeypatch):
+    """Issue 57: after a kill -9 during a queue commit the next worker commits at once."""
+    repo = _repo(tmp_path, monkeypatch)
+    pid, lock = _killed_commit(repo), repo / ".git" / "index.lock"
+    (repo / "a.json").write_text("{}")
+    said = []
+    monkeypatch.setattr(queue.time, "sleep", lambda s: pytest.fail("waited for a stale lock"))
+    assert queue.commit([repo / "a.json"], "run a", str(repo), progress=said.append)
+    assert not lock.exists() and not (repo / ".git" / queue.COMMIT_MARK).exists()
+    assert said == [f"[queue] removed {lock}: left by a queue commit whose git process ({pid}) "
+                    "was killed"]
+    assert subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], capture_output=True,
+                          text=True).stdout.split() == ["run", "a"]
+
+
+def test_an_index_lock_of_another_program_is_left_and_the_worker_exits_non_zero(
+        tmp_path, monkeypatch, capsys):
+    """A lock the queue did not leave (no mark of a dead queue commit) is not removed; the
+    worker that could not commit says so and exits non-zero."""
+    repo = _repo(tmp_path, monkeypatch)
+    lock = repo / ".git" / "index.lock"
+    lock.write_text("")  # another program's git, live or not: not the queue's to judge
+    slept = []
+    monkeypatch.setattr(queue.time, "sleep", slept.append)  # its 10 tries, without the waits
+    results = repo / "results"
+    cmd = queue_cli.Command(_suite([]), "doc", results=str(results), work=str(tmp_path / "w"),
+                            budget="tiny", items=lambda args: [queue.Item("a", 1)],
+                            render=lambda args: "")
+    assert queue_cli.main(cmd, ["run", "--data", "corpus-dir", "--commit"]) == 1
+    err = capsys.readouterr().err
+    assert "1 commit(s) failed, nothing of them is committed: t: a_s1" in err
+    assert slept == [3] * 9 and lock.exists() and not queue.clear_stale_lock(str(repo))
+    assert subprocess.run(["git", "-C", str(repo), "log"], capture_output=True).returncode != 0
+
+
+def test_a_corrupt_record_stops_render_and_commit_with_one_line_naming_it(tmp_path, monkeypatch):
+    """Issue 57: ``budget render`` and ``run --commit`` on a corrupt record."""
+    from harness import budget_report
+
+    results = tmp_path / "results"
+    (results / "corpus").mkdir(parents=True)
+    (results / "corpus" / "audit.json").write_text('{"splits": {"test": {}}}')
+    (results / "corpus" / "test.ref").write_text("a\n")
+    (results / "runs").mkdir()
+    bad = results / "runs" / "vanilla_s1.json"
+    bad.write_text('{"name": "vanilla", "se')
+    with pytest.raises(SystemExit) as e:
+        budget_report.render(str(results))
+    assert str(e.value).startswith(f"{bad}: not a whole JSON record (JSONDecodeError")
+    assert "\n" not in str(e.value)
+    repo = _repo(tmp_path, monkeypatch)
+    ctx = queue.Context("", str(tmp_path / "w"), str(repo / "results"), "budget_curve",
+                        progress=lambda m: None, commit_repo=str(repo))
+    queue.write_result(queue.result_path(ctx.results, "vanilla", 1),
+                       {"name": "vanilla", "seed": 1, "test": {"hypotheses": "h"}})
+    milestone = budget_curve.milestone_path(ctx.results, "vanilla", 1, 1000)
+    milestone.parent.mkdir(parents=True)
+    milestone.write_text("{")
+    with pytest.raises(SystemExit) as e:
+        queue.work(budget_curve.SUITE, [queue.Item("vanilla", 1)], ctx)
+    assert str(e.value).startswith(f"{milestone}: not a whole JSON record")
