@@ -42,10 +42,10 @@ def render(args) -> str:
 
 
 def plan(args, items):
-    from harness.configs import load_budget
+    from harness.configs import load_budget, staged
 
     budget = load_budget(args.budget, args.set)
-    if budget.get("milestones"):
+    if staged(budget):
         print(f"budget {budget['name']}: milestones {budget['milestones']}, at most "
               f"{budget['max_update']} updates, early stop after {budget['patience']} validations "
               f"(every {budget['save_interval_updates']} updates) without a better valid loss")
@@ -109,7 +109,7 @@ def rates(args) -> int:
 COMMAND = Command(
     budget_curve.SUITE, __doc__, results=DEFAULT_RESULTS, work="work/budget", budget="budget_curve",
     items=lambda args: [queue.Item(n, s)
-                        for n, s in budget_curve.parse_queue(args.queue, args.budget)],
+                        for n, s in budget_curve.parse_queue(args.queue, args.budget, args.set)],
     render=render, plan=plan, prepare=lambda args: snapshot_corpus(args.data, args.results),
     commands={"rates": (add_rates_arguments, rates)})
 

@@ -20,13 +20,13 @@ A budget without ``milestones`` (``evidence``: the papers' comparisons at 2,000 
 import glob
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from harness import milestones, queue, run_record
-from harness.configs import BUDGETS, CONFIGS, load_budget, select_configs
+from harness.configs import CONFIGS, load_budget, row_fields, select_configs, staged
 from harness.cpu_clock import cpu_per_update, read_cpu_log
 from harness.decode import bleu_evaluation
-from harness.run_record import learning_curve, record_run
+from harness.run_record import checkpoint_updates, record_run, run_curve, with_cpu
 from harness.runs import plan_run
 
 # Takase & Kiyono's and Kasai et al.'s rows with seed 1; the second seed of the three the
@@ -49,14 +49,14 @@ DISTILLATION = ["cycle_rev_4L_dec1", "vanilla_2L_dec1_distilled", "cycle_rev_4L_
 NAMES = CORE + REST + ONE_WIDE_FFN + DISTILLATION
 
 
-def parse_queue(text: Optional[str], budget: str = "budget_curve") -> List[Tuple[str, int]]:
+def parse_queue(text: Optional[str], budget: str = "budget_curve",
+                overrides: Sequence[str] = ()) -> List[Tuple[str, int]]:
     """``name:seed,name:seed`` -> items; None -> :data:`QUEUE`. A staged budget takes the
     configurations of :data:`NAMES`, one without milestones any of :data:`configs.CONFIGS`;
     unknown names and missing seeds are refused naming ``--queue``."""
     if not text:
         return list(QUEUE)
-    staged = "milestones" in BUDGETS.get(budget, {"milestones": "a JSON file's"})
-    known = NAMES if staged else [c["name"] for c in CONFIGS]
+    known = NAMES if staged(load_budget(budget, overrides)) else [c["name"] for c in CONFIGS]
     items = []
     for part in text.split(","):
         name, _, seed = part.strip().partition(":")
@@ -89,21 +89,21 @@ def milestone_path(results: str, name: str, seed: int, k: int) -> Path:
 
 def milestone_record(run, item: queue.Item, k: int, data: str, budget: Dict, results: str,
                      progress) -> Dict:
-    """Decode the checkpoint kept at ``k`` updates (else the last); the milestone's record."""
+    """Decode the checkpoint kept at ``k`` updates (else the last); the milestone's record,
+    with the run's curve as the run holds it and the row fields of :func:`configs.row_fields`."""
     found = sorted(glob.glob(os.path.join(run.dir, f"checkpoint_*_{k}.pt")))
     checkpoint = found[-1] if found else run.checkpoint
     test = bleu_evaluation(data, budget, results, item.name, item.seed, progress,
                            checkpoint=checkpoint, hyps=f"_u{k}")(run, {})
     costs, estimated = cpu_per_update(read_cpu_log(os.path.join(run.dir, "cpu.jsonl")), k)
-    curve = [p for p in learning_curve(os.path.join(run.dir, "train.log"), costs)
-             if p["update"] <= k]
+    curve = [p for p in with_cpu(run_curve(run), costs) if p["update"] <= k]
     point = next((p for p in curve if p["update"] == k), {})
     record = {"name": item.name, "seed": item.seed, "update": k, "params": run.params,
               "valid_loss": point.get("valid_loss"), "valid_nll_loss": point.get("valid_nll_loss"),
               "train_seconds": point.get("train_seconds"),
               "train_cpu_seconds": round(sum(costs), 1) if costs else None,
               "cpu_estimated_updates": estimated, "checkpoint": os.path.basename(checkpoint),
-              "curve": curve, **test}
+              "curve": curve, **test, **row_fields(run.config, budget)}
     if budget.get("average_milestones"):
         record["average"] = averaged_evaluation(run, item, k, data, budget, results, progress)
     return record
@@ -134,9 +134,11 @@ def averaged_evaluation(run, item: queue.Item, k: int, data: str, budget: Dict, 
 
 def run_item(name: str, seed: int, data: str, work: str, results: str,
              budget_name: str = "budget_curve", overrides: Sequence[str] = (), progress=print,
-             commit_repo: Optional[str] = None) -> Dict:
+             commit: Callable[[List[Path], str], None] = lambda paths, message: None) -> Dict:
+    """Train and record one item; ``commit(paths, message)`` is the queue's committer
+    (:meth:`queue.Context.commit`), which each milestone's files go through."""
     budget = load_budget(budget_name, [*overrides, f"seed={seed}"])
-    if not budget.get("milestones"):  # one stage: the last checkpoint decoded once
+    if not staged(budget):  # one stage: the last checkpoint decoded once
         return run_record.run_item(name, seed, data, work, results, budget_name, overrides,
                                    progress)
     config = select_configs(CONFIGS, name, None)[0]
@@ -148,56 +150,55 @@ def run_item(name: str, seed: int, data: str, work: str, results: str,
 
     replaced: List[int] = []
 
-    def commit(k: int, record: Dict) -> None:
-        files = milestone_files(results, record)
+    def commit_milestone(k: int, record: Dict) -> None:
         again = "; trained again: the training of the record it replaces is lost" \
             if k in replaced else ""
-        if commit_repo and queue.uncommitted(files, commit_repo):
-            queue.commit(files, f"budget: {item.id} at {k} updates (BLEU "
-                                f"{record['test']['bleu']:.2f}{again})", commit_repo)
+        commit(milestone_files(results, record), f"budget: {item.id} at {k} updates (BLEU "
+                                                 f"{record['test']['bleu']:.2f}{again})")
 
     def at_milestone(k: int) -> Dict:
         record = milestone_record(run, item, k, data, budget, results, progress)
         queue.write_result(milestone_path(results, name, seed, k), record)
         progress(f"[budget] {item.id} at {k} updates: BLEU {record['test']['bleu']:.2f}")
-        commit(k, record)
+        commit_milestone(k, record)
         return record
 
     def done(k: int) -> Optional[Dict]:
         record = queue.read_json(milestone_path(results, name, seed, k))
-        if record and run_record.checkpoint_updates(run) < k:
+        if record and checkpoint_updates(run) < k:
             # its training did not survive (another machine): this run starts again, and
             # measures the milestone again rather than mix two trainings in one record
             progress(f"[budget] {item.id}: the {k}-update milestone's training is lost "
-                     f"({run_record.checkpoint_updates(run)} updates here); it is measured again")
+                     f"({checkpoint_updates(run)} updates here); it is measured again")
             replaced.append(k)
             return None
         if record:
-            commit(k, record)  # written by a worker killed before its commit
+            commit_milestone(k, record)  # written by a worker killed before its commit
         return record
 
-    staged = milestones.run_stages(run, stages, patience(config, budget), at_milestone, done,
-                                   progress)
+    stages_run = milestones.run_stages(run, stages, patience(config, budget), at_milestone, done,
+                                       progress)
 
     def final(run, result: Dict) -> Dict:
-        upto = staged["stopped_at"] or run.max_update
-        last = staged["milestones"][-1] if staged["milestones"] else {}
+        upto = stages_run["stopped_at"] or run.max_update
+        last = stages_run["milestones"][-1] if stages_run["milestones"] else {}
         average = dict(last.get("average") or {}) if last.get("update") == upto else {}
         if not average:  # else the last milestone's average is the final model
             average = averaged_evaluation(run, item, upto, data, budget, results, progress,
                                           hyps="_avg")
         kept = milestones.keep_weights(averaged_path(run, budget, upto),
                                        str(kept_model_path(work, name, seed)))
-        return {"stopped_at": staged["stopped_at"], "average_of": average.pop("of"),
+        return {"stopped_at": stages_run["stopped_at"], "average_of": average.pop("of"),
                 **({"milestones_trained_again": replaced} if replaced else {}),
                 "model_kept": os.path.abspath(kept),
                 "average_valid_loss": average.pop("valid_loss"),
                 "average_valid_nll_loss": average.pop("valid_nll_loss"),
-                "milestones": [milestone_summary(m) for m in staged["milestones"]], **average}
+                "milestones": [milestone_summary(m) for m in stages_run["milestones"]],
+                **average}
 
     result = record_run(run, item, config.get("label", name), final, progress)
     result.update({"tables": ["budget"], "decoder_N": run.dec_N, "data": os.path.abspath(data),
-                   "run_dir": os.path.abspath(run.dir)})
+                   "run_dir": os.path.abspath(run.dir), **row_fields(config, budget)})
     return result
 
 
@@ -228,7 +229,7 @@ def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[L
     (the model itself stays in the work directory: no model binaries in main)."""
     hyps = [Path(ctx.results) / result["test"]["hypotheses"]] if "test" in result else []
     for path in sorted((Path(ctx.results) / "milestones").glob(f"{item.id}_u*.json")):
-        hyps += milestone_files(ctx.results, queue.read_json(path))
+        hyps += milestone_files(ctx.results, queue.read_record(path))
     averaged = "average of the last checkpoints: " if "average_of" in result else ""
     return hyps, (f"budget: {item.id} finished ({averaged}BLEU {result['test']['bleu']:.2f}, "
                   f"{result['updates']} updates)" if hyps else f"budget: {item.id} finished")
@@ -237,5 +238,5 @@ def budget_commit(item: queue.Item, result: Dict, ctx: queue.Context) -> Tuple[L
 SUITE = queue.Suite(
     "budget",
     run=lambda item, ctx: run_item(item.name, item.seed, ctx.data, ctx.work, ctx.results,
-                                   ctx.budget, ctx.overrides, ctx.progress, ctx.commit_repo),
+                                   ctx.budget, ctx.overrides, ctx.progress, ctx.commit),
     commit_files=budget_commit)

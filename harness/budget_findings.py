@@ -7,12 +7,29 @@ from typing import Dict, List, Optional, Tuple
 
 from harness.budget_curve import NAMES
 from harness.budget_summary import valid_losses
-from harness.configs import (BASELINES, CONFIGS, depths, load_budget,
-                                                select_configs)
-from harness.statistics import (compare, compare_bleu, fmt_difference,
-                                                    pooled_sd)
+from harness.configs import BASELINE
+from harness.statistics import compare, compare_bleu, fmt_difference, pooled_sd
 
-BASELINE = "vanilla"
+
+def row_names(*by_name: Dict) -> List[str]:
+    """The configurations that have records in any of ``by_name``, in the suite's order
+    (:data:`~harness.budget_curve.NAMES`), then any other by name: a row is drawn from
+    records, never from the catalogue."""
+    names = set().union(*by_name)
+    return [n for n in NAMES if n in names] + sorted(names - set(NAMES))
+
+
+def row_record(name: str, stages, finals) -> Dict:
+    """A record of configuration ``name`` carrying its row's fields (each run and milestone
+    record does, :func:`harness.configs.row_fields`): its first final record by seed, else
+    the first seed's latest milestone."""
+    if finals.get(name):
+        return finals[name][min(finals[name])]
+    by_seed = stages[name]
+    first = by_seed[min(s for s in by_seed if by_seed[s])]
+    return first[max(first)]
+
+
 def averaging_lines(stages, finals) -> List[str]:
     """Averaging's gain per run: the final averaged model against the checkpoint it ends at."""
     lines = ["## What averaging adds, per run (final average of the last 5 checkpoints against "
@@ -32,14 +49,10 @@ def averaging_lines(stages, finals) -> List[str]:
     return lines + [""]
 
 
-def describe(name: str, final: List[Dict]):
-    """(label, "enc+dec" layers) of a configuration: from its final record, else (a run with
-    milestones only) from its declaration under the suite's budget."""
-    if final:
-        return final[0]["label"], f"{final[0]['N']}+{final[0]['decoder_N']}"
-    config = select_configs(CONFIGS, name, None)[0]
-    encoder, decoder = depths(config, load_budget("budget_curve")["L"])
-    return config.get("label", name), f"{encoder}+{decoder}"
+def describe(record: Dict):
+    """(label, "enc+dec" layers) of a configuration, from one of its records
+    (:func:`row_record`)."""
+    return record["label"], f"{record['N']}+{record['decoder_N']}"
 
 
 def method_note(pooled: Dict) -> str:
@@ -146,12 +159,13 @@ def _bits(d) -> str:
 def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
     """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}}, the
     pooled seed sds): each configuration's final models against vanilla 3+3's and its own
-    unshared pair's (:func:`pair_of`), BLEU counting seeds and test sampling, valid loss seeds."""
+    unshared pair's (``pair`` in its records), BLEU counting seeds and test sampling, valid loss seeds."""
     runs, losses, pooled = _pooled(finals)
 
     def versus(a: str, b: str) -> Dict:
         out = {"bleu": compare_bleu(runs[a], runs[b], pooled["bleu"], results, refs)}
-        if a in losses and b in losses and training_data(a) == training_data(b):
+        if (a in losses and b in losses
+                and runs[a][0]["training_data"] == runs[b][0]["training_data"]):
             out["valid_loss"] = compare(losses[a], losses[b], pooled["valid_loss"])
         return out
 
@@ -160,9 +174,9 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
         if name == baseline or baseline not in runs:
             continue
         out[name] = versus(baseline, name)
-        pair = pair_of(name)
+        pair = runs[name][0]["pair"]
         if pair in runs:
-            label, layers = describe(pair, runs[pair])
+            label, layers = describe(runs[pair][0])
             out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
     return out, pooled
 
@@ -186,7 +200,7 @@ def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
     top = max(bleu, key=bleu.get)
     out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
         compare_bleu(runs[top], runs[n], pooled["bleu"], results, refs).hi or 0) < 0]}}
-    raw = {n: v for n, v in losses.items() if training_data(n) == "raw"}
+    raw = {n: v for n, v in losses.items() if runs[n][0]["training_data"] == "raw"}
     if raw:
         low = min(raw, key=lambda n: statistics.mean(raw[n]))
         out["valid_loss"] = {"best": low, "set": [n for n in raw if n == low or not (
@@ -203,21 +217,6 @@ def best_lines(best: Dict[str, Dict]) -> List[str]:
                if v.get("left_out") else "") for k, v in best.items()]
 
 
-def training_data(name: str) -> str:
-    """What a configuration trains on: "raw" (the corpus) or "distilled" (the teacher's
-    outputs); valid losses compare only within one."""
-    return select_configs(CONFIGS, name, None)[0].get("data", "raw")
-
-
-def pair_of(name: str) -> Optional[str]:
-    """The model a configuration is compared with besides vanilla 3+3: its declared ``pair``
-    (a distilled student's is the same architecture on raw data, 12+1's the unshared 6+1 of
-    equal size), else the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
-    config = select_configs(CONFIGS, name, None)[0]
-    pair = config.get("pair") or BASELINES.get(config["tables"][0])
-    return pair if pair not in (None, BASELINE, name) else None
-
-
 def furthest_seeds(by_seed: Dict[int, Dict[int, Dict]]) -> List[int]:
     """The seeds whose latest milestone is the furthest any seed reached: a run still in
     progress is left out of a curve rather than cutting it short where it stands."""
@@ -226,12 +225,13 @@ def furthest_seeds(by_seed: Dict[int, Dict[int, Dict]]) -> List[int]:
 
 
 def valid_curve(by_seed: Dict[int, Dict[int, Dict]]):
-    """(updates, [per-seed valid losses]) at the counted validations every seed of
-    :func:`furthest_seeds` has, from each one's latest milestone's curve."""
-    interval = int(load_budget("budget_curve")["save_interval_updates"])
+    """(updates, [per-seed valid losses]) at the counted validations (every
+    ``validation_interval`` updates of its record) every seed of :func:`furthest_seeds` has,
+    from each one's latest milestone's curve."""
     curves = []
     for milestones_ in (by_seed[s] for s in furthest_seeds(by_seed)):
         latest = milestones_[max(milestones_)]
+        interval = latest["validation_interval"]
         curves.append({p["update"]: p["valid_loss"] for p in latest.get("curve", [])
                        if p.get("valid_loss") is not None and p["update"] % interval == 0})
     common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []

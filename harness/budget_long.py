@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from harness.budget_curve import NAMES
+from harness.configs import ROW_FIELDS
 from harness.statistics import markdown_row, markdown_table
 
 #: the 16,000-update runs of Takase's pair (budget ``budget_long``), under RESULTS/long/; their
@@ -28,7 +29,7 @@ def with_long_seeds(finals, long_stages, at: int):
                 continue
             avg = m["average"]
             out[name][seed] = {
-                **{k: like[k] for k in ("label", "N", "decoder_N")}, "name": name,
+                **{k: m[k] for k in ROW_FIELDS}, "name": name,
                 "seed": seed, "params": m["params"], "updates": at,
                 "test": {**avg["test"], "hypotheses": f"{LONG}/{avg['test']['hypotheses']}"},
                 "average_valid_loss": avg["valid_loss"], "average_of": avg["of"],

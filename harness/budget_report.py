@@ -3,7 +3,11 @@ milestones, runs, hypotheses and corpus snapshot of :mod:`~harness.budget_curve`
 and the 16,000-update runs of ``RESULTS/long/`` (:mod:`~harness.budget_long`)
 make ``RESULTS/tables.md``, ``RESULTS/budget_curves.png`` and ``RESULTS/summary.md``
 (:mod:`~harness.budget_summary`), and the frontier of the same final models
-(``RESULTS/frontier/``) is rendered again; what each holds: docs/results.md. A suite without
+(``RESULTS/frontier/``) is rendered again; what each holds: docs/results.md. Every row's label,
+depths, comparison pair, training data, validation interval and thread count come from its
+records (:func:`harness.configs.row_fields`, written by the worker), never from today's
+catalogue, so editing ``configs.py`` for a new study leaves these tables as they are (a test
+keeps it). A suite without
 milestones (budget ``evidence``, ``results/bible_clean``) gets the papers' equal-updates tables
 instead (:func:`render_equal_updates`).
 
@@ -14,21 +18,21 @@ formerly ``scripts/thread_rate.py``). The CPU-hours axis is then updates times t
 """
 
 import csv
-import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.data.pipeline import read_lines
 from harness import frontier_report
 from harness.budget_curve import NAMES
-from harness.budget_findings import (BASELINE, averaging_lines, best_lines,
-                                                        best_sets, comparisons, crossover_lines,
-                                                        describe, method_note, pair_of, valid_curve)
+from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best_sets,
+                                     comparisons, crossover_lines, describe, method_note,
+                                     row_names, row_record, valid_curve)
 from harness.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from harness.budget_summary import summary_table, valid_losses, versus_cell
-from harness.configs import BASELINES, load_budget
+from harness.configs import BASELINES
+from harness.queue import read_record
 from harness.statistics import (compare_bleu, cost_per_update, fmt_difference,
                                                    fmt_paired, fmt_seeds, load_runs, lookup_lines,
                                                    markdown_row, markdown_table, paired_by_seed,
@@ -55,10 +59,11 @@ EQUAL_UPDATE_TABLES = {
 
 
 def load(results: str):
-    """({name: {seed: {update: milestone record}}}, {name: {seed: final record}})."""
+    """({name: {seed: {update: milestone record}}}, {name: {seed: final record}}); a record
+    that is not whole JSON stops the render with one line naming it."""
     stages = defaultdict(lambda: defaultdict(dict))
     for path in sorted((Path(results) / "milestones").glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
+        r = read_record(path)
         stages[r["name"]][r["seed"]][r["update"]] = r
     finals = {n: {r["seed"]: r for r in rs} for n, rs in load_runs(results).items()}
     return stages, defaultdict(dict, finals)
@@ -81,15 +86,11 @@ def metric_table(metric: str, stages, finals, updates: List[int], lookup: Option
         row = ["lookup baseline (no model: closest training verse)", "-", "-", "-",
                *[lk] * len(updates), lk, "-"] + (["-", "-"] if metric == "bleu" else [])
         lines.append(markdown_row(row))
-    for name in NAMES:
+    for name in row_names(stages, finals):
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
-        if not seeds:
-            label, layers = describe(name, [])
-            lines.append(f"| {label} | {layers} | not run yet |" + " |" * (len(head) - 3))
-            continue
         some = next(iter(stages[name][seeds[0]].values()), None) or finals[name][seeds[0]]
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
-        label, layers = describe(name, final)
+        label, layers = describe(row_record(name, stages, finals))
         row = [label, layers, f"{some['params']:,}", str(len(seeds))]
         row += [fmt_seeds([stages[name][s][k]["test"][metric] for s in seeds
                            if k in stages[name][s]]) for k in updates]
@@ -113,10 +114,10 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
              "(`harness/valid_loss.py`). The valid set is fixed, so the interval counts seeds "
              "only. A distilled student's valid loss is not compared with a model trained on the "
              "corpus itself (other targets; summary.md says why).", "", *markdown_table(head)]
-    for name in (n for n in NAMES if n in stages or n in finals):
+    for name in row_names(stages, finals):
         seeds = sorted(set(stages.get(name, {})) | set(finals.get(name, {})))
         final = [finals[name][s] for s in seeds if s in finals.get(name, {})]
-        label, layers = describe(name, final)
+        label, layers = describe(row_record(name, stages, finals))
         row = [label, layers, str(len(seeds))]
         row += [fmt_seeds([stages[name][s][k]["valid_loss"] for s in seeds
                        if k in stages[name].get(s, {})], ".3f") for k in updates]
@@ -126,17 +127,23 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
     return lines + [""]
 
 
-def training_rates(results: str) -> Optional[Dict]:
-    """``RATE_FILE`` at the budget's thread count ({"rows": {configuration: row}, ...}) or None."""
+def training_rates(results: str, finals) -> Optional[Dict]:
+    """``RATE_FILE`` at one thread count ({"rows": {configuration: row}, ...}) or None: the
+    file's own, or where it measured several, the one most final records trained with."""
     path = Path(results) / RATE_FILE
     if not path.exists():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    threads = int(load_budget("budget_curve")["threads"])
+    data = read_record(path)
+    measured = {r["threads"] for r in data["rows"]}
+    trained = Counter(f["threads"] for by_seed in finals.values() for f in by_seed.values()
+                      if f["threads"] in measured)
+    threads = (trained.most_common(1)[0][0] if trained else max(measured)) if measured else None
     return {**data, "rows": {r["config"]: r for r in data["rows"] if r["threads"] == threads}}
 
 
-def rate_table(rates: Dict) -> List[str]:
+def rate_table(rates: Dict, layers: Dict[str, str]) -> List[str]:
+    """The one-machine rates, each configuration with its ``layers`` ("enc+dec", from its
+    records)."""
     rows = rates["rows"]
     base = rows.get(BASELINE, {}).get("steady_cpu_s_per_update")
     machine = rates.get("machine", {})
@@ -151,14 +158,14 @@ def rate_table(rates: Dict) -> List[str]:
     for name in (n for n in NAMES if n in rows):
         r = rows[name]
         ratio = f"{r['steady_cpu_s_per_update'] / base:.2f}" if base else "-"
-        lines.append(f"| {name} | {describe(name, [])[1]} | {r['steady_cpu_s_per_update']:.3f} | "
+        lines.append(f"| {name} | {layers.get(name, '-')} | {r['steady_cpu_s_per_update']:.3f} | "
                      f"{ratio} | {r['steady_s_per_update']:.3f} |")
     return lines + [""]
 
 
 def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
     """The bootstrap cell of each final model: against vanilla 3+3 with the same seed, and
-    against its own unshared pair (:func:`pair_of`) where it has one."""
+    against its own unshared pair (``pair`` in its records) where it has one."""
     out = {}
     for name, by_seed in finals.items():
         if name == BASELINE:
@@ -166,9 +173,9 @@ def paired_final(finals, results: str, refs: List[str]) -> Dict[str, str]:
         runs = list(by_seed.values())
         cells = [fmt_paired(paired_by_seed(list(finals.get(BASELINE, {}).values()), runs,
                                            results, refs))]
-        pair = pair_of(name)
+        pair = row_record(name, {}, finals)["pair"]
         if pair in finals:
-            label, layers = describe(pair, list(finals[pair].values()))
+            label, layers = describe(row_record(pair, {}, finals))
             versus = fmt_paired(paired_by_seed(list(finals[pair].values()), runs, results, refs))
             cells.append(f"against {label} {layers}: {versus or 'no common seed'}")
         out[name] = "; ".join(c for c in cells if c) or "-"
@@ -206,7 +213,7 @@ def plot(stages, out: Path, lookup_bleu: Optional[float] = None,
         hours = cpu_hours(name, by_seed, updates, cpu_per_update)
         color = colors[i % len(colors)]
         seeds = f"{len(by_seed)} seed" + ("s" if len(by_seed) > 1 else "")
-        label = f"{name} {describe(name, [])[1]} ({seeds})"
+        label = f"{name} {describe(row_record(name, stages, {}))[1]} ({seeds})"
         for ax, xs in ((axes[0], updates), (axes[1], hours)):
             if xs is not None:
                 _band(ax, xs, bleu, color, marker="o", label=label)
@@ -245,7 +252,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     if not (out / "corpus" / "audit.json").exists():
         raise SystemExit(f"--results {results}: no corpus/audit.json there; a worker copies it "
                          "on starting (python -m harness.budget run --data ...)")
-    audit = json.loads((out / "corpus" / "audit.json").read_text(encoding="utf-8"))
+    audit = read_record(out / "corpus" / "audit.json")
     refs = read_lines(out / "corpus" / "test.ref")
     if not (out / "milestones").is_dir():
         return render_equal_updates(results, audit, refs, command or EQUAL_UPDATES_COMMAND)
@@ -276,7 +283,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     lines += metric_table("chrf", stages, finals, updates, lookup, {}, {})
     signatures = sorted({(r["test"]["bleu_signature"], r["test"]["chrf_signature"])
                          for r in records})
-    rates = training_rates(results)
+    rates = training_rates(results, finals)
     cpu_per_update = ({n: r["steady_cpu_s_per_update"] for n, r in rates["rows"].items()}
                       if rates else None)
     frontier = frontier_report.load_records(str(out / "frontier"))
@@ -288,7 +295,8 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     lines += crossover_lines(long_stages, cpu_per_update, pooled["valid_loss"], int8_mb=int8_mb,
                              title="Crossover of valid loss to 16,000 updates, `long/` only")
     if rates:
-        lines += rate_table(rates)
+        lines += rate_table(rates, {n: describe(row_record(n, stages, finals))[1]
+                                    for n in row_names(stages, finals)})
     lines += ["Signatures: " + "; ".join(f"`{b}`, `{c}`" for b, c in signatures), ""]
     (out / "tables.md").write_text("\n".join(lines), encoding="utf-8")
     paths = {"tables": str(out / "tables.md"), "summary": str(out / "summary.md")}

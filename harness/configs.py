@@ -298,6 +298,41 @@ def depths(config: Dict, L: int) -> Tuple[int, int]:
     return resolve_count(N, L), resolve_count(config.get("decoder_N", N), L)
 
 
+def staged(budget: Dict) -> bool:
+    """The one decision between a run in stages (milestones, :mod:`harness.milestones`) and a
+    run in one stage, its last checkpoint decoded once: whether the budget has milestones."""
+    return bool(budget.get("milestones"))
+
+
+#: the baseline every table row is compared with
+BASELINE = "vanilla"
+
+
+def comparison_pair(config: Dict) -> Optional[str]:
+    """The model a configuration is compared with besides vanilla 3+3: its declared ``pair``
+    (a distilled student's is the same architecture on raw data, 12+1's the unshared 6+1 of
+    equal size), else the baseline of its first evidence table (SAN 3+6's is vanilla 3+6)."""
+    pair = config.get("pair") or BASELINES.get((config.get("tables") or [None])[0])
+    return pair if pair not in (None, BASELINE, config["name"]) else None
+
+
+#: the keys of :func:`row_fields`
+ROW_FIELDS = ("label", "N", "decoder_N", "pair", "training_data", "validation_interval",
+              "threads")
+
+
+def row_fields(config: Dict, budget: Dict) -> Dict:
+    """What a table row of the run needs, written into each of its records (run and
+    milestone), so that the tables are rendered from the records alone, whatever the
+    catalogue says later: label, depths, comparison pair, training data ("raw" or
+    "distilled"), validation interval (updates) and training threads."""
+    encoder, decoder = depths(config, budget["L"])
+    return {"label": config.get("label", config["name"]), "N": encoder, "decoder_N": decoder,
+            "pair": comparison_pair(config), "training_data": config.get("data", "raw"),
+            "validation_interval": int(budget.get("save_interval_updates") or 0),
+            "threads": int(budget["threads"])}
+
+
 def select_configs(configs: List[Dict], names: Optional[str], tables: Optional[str]) -> List[Dict]:
     """By name (any configuration), else by table, else every default configuration."""
     chosen = [c for c in configs if c.get("default", True)]

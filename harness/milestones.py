@@ -20,7 +20,7 @@ import math
 import os
 from typing import Callable, Dict, List, Optional, Sequence
 
-from harness.run_record import checkpoint_updates, learning_curve, train_run
+from harness.run_record import checkpoint_updates, run_curve, train_run
 
 
 def parse_milestones(value, max_update: int) -> List[int]:
@@ -73,15 +73,14 @@ def train_to(run, target: int, patience: int, progress) -> Optional[int]:
     """Train ``run`` up to ``target`` updates, or to its early stop; returns the stop update
     (None: ``target`` was reached without stopping)."""
     interval = int(run.budget.get("save_interval_updates") or 0)
-    log = os.path.join(run.dir, "train.log")
-    while True:
-        stop = early_stop(learning_curve(log), patience, interval)
+    while True:  # the run holds its updates and curve: each read once per chunk
+        curve = run_curve(run)
+        stop = early_stop(curve, patience, interval)
         if stop is not None:
             return stop
-        done = checkpoint_updates(run)
-        if done >= target:
+        if checkpoint_updates(run) >= target:
             return None
-        check = next_check(learning_curve(log), patience, interval)
+        check = next_check(curve, patience, interval)
         run.max_update = min(target, check) if check else target
         train_run(run, run.name, progress)
         if checkpoint_updates(run) < run.max_update:

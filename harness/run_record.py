@@ -5,7 +5,7 @@ around a suite's ``evaluate`` hook, and :func:`run_item`, a run of a budget with
 import os
 from typing import Callable, Dict, List, Sequence
 
-from harness.configs import CONFIGS, load_budget, select_configs
+from harness.configs import CONFIGS, load_budget, row_fields, select_configs
 from harness.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
 from harness.decode import bleu_evaluation
 from harness.queue import Item
@@ -21,7 +21,7 @@ def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]
     are the sum over the intervals that end at or before u; an interval logged twice (a killed
     attempt that was resumed from an earlier checkpoint) counts once, with its last value.
     ``cpu_costs`` (:func:`~harness.cpu_clock.cpu_per_update`) adds the
-    CPU seconds spent up to each point (``train_cpu_seconds``)."""
+    CPU seconds spent up to each point (``train_cpu_seconds``, :func:`with_cpu`)."""
     intervals, points = {}, {}
     for kind, rec in log_records(log_path):
         if kind == "train_inner" and "train_wall" in rec:
@@ -34,13 +34,18 @@ def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]
             points[point["update"]] = point
     for u, point in points.items():
         point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
-        if len(cpu_costs) >= u:
-            point["train_cpu_seconds"] = round(cumulative_cpu(cpu_costs, u), 2)
-    return [points[u] for u in sorted(points)]
+    return with_cpu([points[u] for u in sorted(points)], cpu_costs)
+
+
+def with_cpu(curve: Sequence[Dict], cpu_costs: Sequence[float]) -> List[Dict]:
+    """``curve``'s points with the CPU seconds spent up to each (where ``cpu_costs`` reach)."""
+    return [dict(p, train_cpu_seconds=round(cumulative_cpu(cpu_costs, p["update"]), 2))
+            if len(cpu_costs) >= p["update"] else dict(p) for p in curve]
 
 
 def train_run(run, ident: str, progress=print) -> Dict:
-    """Train (or finish) ``run`` (restartable); returns its done.json content."""
+    """Train (or finish) ``run`` (restartable); returns its done.json content, and the run
+    holds what it reached: its updates, and its curve to be parsed once again."""
     if run.skip_reason:
         raise RuntimeError(f"{ident}: {run.skip_reason}")
     if run.state() == "done":
@@ -48,11 +53,27 @@ def train_run(run, ident: str, progress=print) -> Dict:
                  "skipped")
     else:
         train(run, progress)
-    return run.done_info()
+    info = run.done_info()
+    run.updates = int(info.get("checkpoint_updates", info["updates"]))
+    run.curve = None
+    return info
 
 
 def checkpoint_updates(run) -> int:
-    return checkpoint_progress(run.checkpoint)["updates"] if os.path.exists(run.checkpoint) else 0
+    """The updates ``run`` has trained: held by the run, read from its checkpoint only where
+    training has not yet said (:func:`train_run`)."""
+    if run.updates is None:
+        run.updates = (checkpoint_progress(run.checkpoint)["updates"]
+                       if os.path.exists(run.checkpoint) else 0)
+    return run.updates
+
+
+def run_curve(run) -> List[Dict]:
+    """The validations of ``run``'s training log, held by the run: parsed once after each
+    chunk of training."""
+    if run.curve is None:
+        run.curve = learning_curve(os.path.join(run.dir, "train.log"))
+    return run.curve
 
 
 def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], Dict],
@@ -73,7 +94,7 @@ def record_run(run, item: Item, label: str, evaluate: Callable[[object, Dict], D
               "cpu_seconds_per_update": round(sum(costs) / len(costs), 4) if costs else None,
               "cpu_estimated_updates": estimated,
               "valid_loss": info.get("valid_loss"), "valid_nll_loss": info.get("valid_nll_loss"),
-              "curve": learning_curve(os.path.join(run.dir, "train.log"), costs),
+              "curve": with_cpu(run_curve(run), costs),
               "budget": dict(run.budget), "train_command": run.train_command()[1:]}
     result.update(evaluate(run, result))
     return result
@@ -91,7 +112,8 @@ def run_item(name: str, seed: int, data: str, work: str, results: str, budget_na
     result = record_run(run, item, config.get("label", name),
                         bleu_evaluation(data, budget, results, name, seed, progress), progress)
     result.update({"tables": config.get("tables", []), "decoder_N": run.dec_N,
-                   "data": os.path.abspath(data), "run_dir": os.path.abspath(run.dir)})
+                   "data": os.path.abspath(data), "run_dir": os.path.abspath(run.dir),
+                   **row_fields(config, budget)})
     progress(f"[run] {item.id}: {result['updates']} updates, valid loss {result['valid_loss']}, "
              f"test BLEU {result['test']['bleu']:.2f} chrF {result['test']['chrf']:.2f}")
     return result

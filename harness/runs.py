@@ -32,6 +32,11 @@ class Run:
         self.params: Optional[int] = None
         # the budget's limit; with budget["equal_updates"], lowered to what vanilla reached
         self.max_update: int = int(budget["max_update"])
+        # the run's progress, held: the updates trained (read from checkpoint_last.pt once,
+        # then what each chunk of training returns) and the validations of train.log (parsed
+        # once after each chunk); harness.run_record.checkpoint_updates and run_curve
+        self.updates: Optional[int] = None
+        self.curve: Optional[List[Dict]] = None
 
     def model_flags(self) -> List[str]:
         b = self.budget

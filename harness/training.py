@@ -79,7 +79,7 @@ def _write_done(run: Run, key: str, t0: float, log_path: str, note: str = "") ->
     stats = parse_train_log(log_path)
     ck = checkpoint_progress(run.checkpoint)
     stats["updates"] = max(stats["updates"], ck["updates"])
-    info = {"key": key, "name": run.name, "params": run.params, "limits": run.limits(),
+    info = {"key": key, "checkpoint_updates": ck["updates"], "name": run.name, "params": run.params, "limits": run.limits(),
             "wall_seconds_last_attempt": time.time() - t0, "training_seconds": ck["seconds"],
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, **stats}
     write_result(Path(run.dir) / "done.json", info)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import budget_curve, budget_findings, budget_report, milestones
-from harness.configs import CONFIGS, load_budget, select_configs
+from harness import budget_curve, budget_report, configs, milestones
+from harness.configs import BUDGETS, CONFIGS, load_budget, row_fields, select_configs
 from harness.corpus import CORPUS_FILES
 from harness.run_record import learning_curve, train_run
 from harness.runs import plan_run
@@ -138,27 +138,35 @@ def test_a_milestone_whose_training_is_lost_is_trained_again(uninterrupted, toy,
         (uninterrupted / "results" / "runs" / "vanilla_s1.json").read_text())
 
 
-def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
-    results = tmp_path / "results"
+def as_written(record, name):
+    """``record`` as a worker of configuration ``name`` writes it: its name and its row's
+    fields under the toy budget (L = 2)."""
+    config = select_configs(CONFIGS, name, None)[0]
+    return {**record, "name": name, **row_fields(config, load_budget("tiny_milestones"))}
+
+
+def several_configurations(uninterrupted, results):
+    """The toy run's results, with other configurations' records as workers would write them."""
     shutil.copytree(uninterrupted / "results", results)
-    # a second configuration with the same seed, as a worker would write it
+    # a second configuration with the same seed
     for path in [*results.glob("milestones/*.json"), *results.glob("runs/*.json")]:
-        r = json.loads(path.read_text())
-        r["name"], r["label"] = "cycle_rev_2L", "Cycle (rev)"
+        r = as_written(json.loads(path.read_text()), "cycle_rev_2L")
         r["test"]["bleu"] += 1.0
         path.with_name(path.name.replace("vanilla", "cycle_rev_2L")).write_text(json.dumps(r))
-    # the SAN pair: SAN 3+6 is compared with vanilla 3+3 and with its unshared vanilla 3+6
-    for name, label, delta in [("vanilla_dec2L", "Vanilla (decoder 2L)", 0.5),
-                               ("san_dec2L", "SAN (decoder 2L)", 0.25)]:
-        r = json.loads((results / "runs" / "vanilla_s1.json").read_text())
-        r["name"], r["label"], r["decoder_N"] = name, label, 2 * r["N"]
+    # the SAN pair: SAN 2+4 is compared with vanilla 2+2 and with its unshared vanilla 2+4
+    for name, delta in [("vanilla_dec2L", 0.5), ("san_dec2L", 0.25)]:
+        r = as_written(json.loads((results / "runs" / "vanilla_s1.json").read_text()), name)
         r["test"]["bleu"] += delta
         (results / "runs" / f"{name}_s1.json").write_text(json.dumps(r))
     # a third with milestones but no final record yet (a run still training)
     for path in results.glob("milestones/*.json"):
-        r = json.loads(path.read_text())
-        r["name"] = "vanilla_2L_dec1"
+        r = as_written(json.loads(path.read_text()), "vanilla_2L_dec1")
         path.with_name(path.name.replace("vanilla", "vanilla_2L_dec1")).write_text(json.dumps(r))
+
+
+def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
+    results = tmp_path / "results"
+    several_configurations(uninterrupted, results)
     paths = budget_report.render(str(results))
     text = Path(paths["tables"]).read_text()
     final = json.loads((results / "runs" / "vanilla_s1.json").read_text())
@@ -179,10 +187,10 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
                                  if l.startswith("| Vanilla (decoder 2L) |"))
     lookup = json.loads((results / "corpus" / "audit.json").read_text())["splits"]["test"]["lookup"]
     assert f"| {lookup['bleu']:.2f} | {lookup['bleu']:.2f} |" in text
-    assert "| Vanilla (2L layers) | 6+6 | not run yet |" in text  # label and depth from its declaration
-    # its label and depth are the configuration's (6+1 under the suite's L = 3), no final yet
+    assert "Vanilla (2L layers)" not in text  # no records, no row
+    # its label and depth are its milestones' (4+1 under the toy budget's L = 2), no final yet
     training = next(l for l in text.splitlines() if "deep encoder" in l)
-    assert training.startswith("| Vanilla, deep encoder 2L / decoder 1 | 6+1 |")
+    assert training.startswith("| Vanilla, deep encoder 2L / decoder 1 | 4+1 |")
     assert training.split(" | ")[-3:-1] == ["-", "-"]
     assert final["test"]["bleu_signature"] in text
     assert os.path.getsize(paths["plot"]) > 10000
@@ -195,16 +203,42 @@ def test_render_tables_and_plot_from_the_files(uninterrupted, tmp_path):
     assert not any("vanilla_2L_dec1" in l for l in summary)  # still training: no final model
 
 
-def test_each_shared_model_is_also_compared_with_its_own_unshared_pair():
-    assert budget_findings.pair_of("san_dec2L") == "vanilla_dec2L"
+def rendered(results):
+    return {p.relative_to(results): p.read_bytes() for p in sorted(results.rglob("*"))
+            if p.suffix in (".md", ".png")}
+
+
+def test_editing_the_catalogue_leaves_the_rendered_tables_as_they_are(uninterrupted, tmp_path,
+                                                                      monkeypatch):
+    results = tmp_path / "results"
+    several_configurations(uninterrupted, results)
+    budget_report.render(str(results))
+    before = rendered(results)
+    assert any(b"Vanilla, deep encoder 2L / decoder 1 | 4+1" in t for t in before.values())
+    # a new study edits the catalogue: labels, depths, pairs, data, and budgets' defaults
+    for config in CONFIGS:
+        monkeypatch.setitem(config, "label", f"renamed {config['name']}")
+        monkeypatch.setitem(config, "pair", "universal")
+        monkeypatch.setitem(config, "data", "distilled")
+        monkeypatch.setitem(config, "N", "3L")
+    for budget in BUDGETS.values():
+        for key, value in [("L", 5), ("threads", 3), ("save_interval_updates", 7)]:
+            monkeypatch.setitem(budget, key, value)
+    budget_report.render(str(results))
+    assert rendered(results) == before
+
+
+def test_each_record_carries_its_comparison_pair():
+    pair = {c["name"]: configs.row_fields(c, load_budget("budget_curve"))["pair"] for c in CONFIGS}
+    assert pair["san_dec2L"] == "vanilla_dec2L"
     # issue 35: distillation's gain per architecture, and 12+1 against the 6+1 of its size
-    assert budget_findings.pair_of("cycle_rev_4L_dec1") == "vanilla_2L_dec1"
+    assert pair["cycle_rev_4L_dec1"] == "vanilla_2L_dec1"
     for name in ["vanilla_2L_dec1", "cycle_rev_4L_dec1"]:
-        assert budget_findings.pair_of(f"{name}_distilled") == name
-    assert budget_findings.pair_of("vanilla_distilled") is None  # vanilla 3+3: every row's column
+        assert pair[f"{name}_distilled"] == name
+    assert pair["vanilla_distilled"] is None  # vanilla 3+3: every row's column
     for name in ["vanilla_dec2L", "cycle_rev_2L", "attn_shared", "vanilla_2L_dec1", "nodec_ffn",
                  "one_wide_ffn", "vanilla_2L"]:
-        assert budget_findings.pair_of(name) is None, name
+        assert pair[name] is None, name
 
 
 def test_early_stop_counts_validations_at_the_checkpoint_interval():
@@ -254,13 +288,16 @@ def test_training_cost_is_compared_from_one_machine_run(tmp_path):
                        "steady_s_per_update": 0.6},
                       {"config": "cycle_rev_2L", "threads": 2, "steady_cpu_s_per_update": 1.2,
                        "steady_s_per_update": 0.64}]}
-    assert budget_report.training_rates(str(tmp_path)) is None
+    finals = {"vanilla": {1: {"threads": 2}, 2: {"threads": 1}}, "cycle_rev_2L": {1: {"threads": 2}}}
+    assert budget_report.training_rates(str(tmp_path), finals) is None
     (tmp_path / budget_report.RATE_FILE).write_text(json.dumps(rates))
-    read = budget_report.training_rates(str(tmp_path))
-    # the budget's thread count (2) only
+    read = budget_report.training_rates(str(tmp_path), finals)
+    # the thread count most final records trained with (2) only
     assert {n: r["steady_cpu_s_per_update"] for n, r in read["rows"].items()} == \
         {"vanilla": 0.8, "cycle_rev_2L": 1.2}
-    table = "\n".join(budget_report.rate_table(read))
+    finals["cycle_rev_2L"][1]["threads"] = finals["vanilla"][1]["threads"] = 1
+    assert set(budget_report.training_rates(str(tmp_path), finals)["rows"]) == {"vanilla"}
+    table = "\n".join(budget_report.rate_table(read, {"vanilla": "3+3", "cycle_rev_2L": "6+6"}))
     assert "| vanilla | 3+3 | 0.800 | 1.00 | 0.430 |" in table
     assert "| cycle_rev_2L | 6+6 | 1.200 | 1.50 | 0.640 |" in table
     assert "Some CPU" in table

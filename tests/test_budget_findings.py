@@ -8,10 +8,18 @@ import pytest
 from harness import budget_findings, budget_long
 
 
+def row(name, pair=None):
+    """The row fields a worker writes into each record (configs.row_fields)."""
+    return {"label": name, "N": 3, "decoder_N": 3, "pair": pair,
+            "training_data": "distilled" if name.endswith("_distilled") else "raw",
+            "validation_interval": 100, "threads": 2}
+
+
 def milestone(name, seed, k, losses, bleu=20.0, hyps=None):
     return {"name": name, "seed": seed, "update": k, "params": 1000, "valid_loss": losses[k],
             "curve": [{"update": u, "valid_loss": v} for u, v in sorted(losses.items()) if u <= k],
-            "test": {"bleu": bleu, "hypotheses": hyps or f"hyps/{name}_s{seed}_u{k}.en"}}
+            "test": {"bleu": bleu, "hypotheses": hyps or f"hyps/{name}_s{seed}_u{k}.en"},
+            **row(name)}
 
 
 def test_crossover_at_equal_updates_and_equal_cpu():
@@ -127,7 +135,8 @@ def test_a_distilled_students_valid_loss_is_compared_with_no_raw_data_model(tmp_
     def final(name, seed, bleu, loss, hyp):
         path = f"hyps/{name}_s{seed}.en"
         (tmp_path / path).write_text(hyp)
-        return {"seed": seed, "label": name, "N": 6, "decoder_N": 1,
+        return {"seed": seed, **row(name, pair=name.replace("_distilled", "") if
+                                     name.endswith("_distilled") else None),
                 "test": {"bleu": bleu, "hypotheses": path}, "average_valid_loss": loss}
 
     finals = {name: {s: final(name, s, bleu + s / 10, loss + s / 100, hyp) for s in (1, 2)}
