@@ -6,6 +6,8 @@ updates (or its early stop), the test set decoded and committed at every milesto
     python -m harness.budget render [--results results/bible_clean]
     python -m harness.budget rates --data work/bible --out RATES.json \
         [--configs vanilla,...] [--threads 1,2] [--beside 0,1,2] [--wait-policy AUTO,...]
+    python -m harness.budget reproduce --data work/bible [--from results/bible_budget] \
+        [--rows vanilla_s1,...] [--results work/reproduce/bible_budget] [--commit]
 
 ``run`` is a worker of the run queue (:mod:`harness.queue`; one per core):
 the next item of :data:`harness.budget_curve.QUEUE` that is neither finished
@@ -15,6 +17,8 @@ milestone's files are committed the moment they exist, and the final record when
 ``render`` rebuilds ``RESULTS/tables.md``, ``RESULTS/budget_curves.png``, ``RESULTS/summary.md``
 and the frontier of the final models (``RESULTS/frontier/``) from the committed files (results
 without milestones: the equal-updates tables, ``summary.csv`` and ``learning_curves.png``).
+``reproduce`` trains committed rows again into a fresh folder and compares them
+(:mod:`harness.reproduce`; results/bible_budget/REPRODUCE.md).
 ``rates`` measures each configuration's steady seconds per update from scratch
 (:mod:`harness.train_rate`), alone or beside ``--beside`` busy processes
 (the load benchmark, ``results/load_benchmark/``), under each ``--wait-policy``.
@@ -28,7 +32,7 @@ import time
 from pathlib import Path
 
 from fairseq_shared.errors import FairseqSharedError
-from harness import budget_curve, queue
+from harness import budget_curve, queue, reproduce
 from harness.corpus import snapshot_corpus
 from harness.queue_cli import Command, main as queue_main, print_plan
 
@@ -111,7 +115,8 @@ COMMAND = Command(
     items=lambda args: [queue.Item(n, s)
                         for n, s in budget_curve.parse_queue(args.queue, args.budget, args.set)],
     render=render, plan=plan, prepare=lambda args: snapshot_corpus(args.data, args.results),
-    commands={"rates": (add_rates_arguments, rates)})
+    commands={"rates": (add_rates_arguments, rates),
+              "reproduce": (reproduce.add_arguments, reproduce.run)})
 
 
 def main(argv=None):

@@ -51,22 +51,23 @@ def long_lines(long_stages, stages, results: str) -> List[str]:
         for seed, ms in sorted(long_stages[name].items()):
             cells = [f"{ms[k]['test']['bleu']:.2f} / {ms[k]['average']['test']['bleu']:.2f} / "
                      f"{ms[k]['average']['valid_loss']:.3f}" if k in ms else "-" for k in updates]
-            lines.append(markdown_row([f"{name}_s{seed}", *cells,
-                                       reproduction(ms, stages.get(name, {}).get(seed), results)]))
+            lines.append(markdown_row([f"{name}_s{seed}", *cells, reproduction(
+                ms, stages.get(name, {}).get(seed), str(Path(results) / LONG), results)]))
     return lines + [""]
 
 
 def reproduction(long_ms: Dict[int, Dict], short_ms: Optional[Dict[int, Dict]],
-                 results: str) -> str:
+                 long_folder: str, short_folder: str) -> str:
     """Which common milestones have the same logged valid loss and byte-identical test
-    hypotheses in both runs."""
+    hypotheses in both runs (each run's hypotheses under its own results folder); also what
+    ``python -m harness.budget reproduce`` reports of a row trained again."""
     if not short_ms:
         return "new seed"
     out = []
     for k in sorted(set(long_ms) & set(short_ms)):
         same_loss = long_ms[k]["valid_loss"] == short_ms[k]["valid_loss"]
-        same_hyps = ((Path(results) / LONG / long_ms[k]["test"]["hypotheses"]).read_bytes()
-                     == (Path(results) / short_ms[k]["test"]["hypotheses"]).read_bytes())
+        same_hyps = ((Path(long_folder) / long_ms[k]["test"]["hypotheses"]).read_bytes()
+                     == (Path(short_folder) / short_ms[k]["test"]["hypotheses"]).read_bytes())
         out.append(f"{k:,}: " + ("identical" if same_loss and same_hyps else
                                  f"valid loss {long_ms[k]['valid_loss']:.3f} vs "
                                  f"{short_ms[k]['valid_loss']:.3f}, hypotheses "

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import budget_curve, budget_report, configs, milestones
+from harness import budget_curve, budget_report, configs, milestones, reproduce
 from harness.configs import BUDGETS, CONFIGS, load_budget, row_fields, select_configs
 from harness.corpus import CORPUS_FILES
 from harness.run_record import learning_curve, train_run
@@ -226,6 +226,33 @@ def test_editing_the_catalogue_leaves_the_rendered_tables_as_they_are(uninterrup
             monkeypatch.setitem(budget, key, value)
     budget_report.render(str(results))
     assert rendered(results) == before
+
+
+def test_reproduce_trains_a_committed_row_again_into_a_fresh_folder(uninterrupted, toy,
+                                                                    tmp_path):
+    """Issue 54, item 7: the documented reproduction (results/bible_budget/REPRODUCE.md) at toy
+    scale: the row trained again under the budget its record carries, into a fresh folder,
+    compared with the committed one; the committed folder untouched, nothing committed."""
+    source, fresh = uninterrupted / "results", tmp_path / "fresh"
+    before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    out, _ = start_worker("budget", toy, tmp_path, "--from", str(source), "--rows", "vanilla_s1",
+                          "--results", str(fresh), command="reproduce").communicate(timeout=300)
+    assert "this worker finished" not in out and (fresh / "runs" / "vanilla_s1.json").exists(), out
+    committed = json.loads((source / "runs" / "vanilla_s1.json").read_text())
+    reproduced = json.loads((fresh / "runs" / "vanilla_s1.json").read_text())
+    assert reproduced["budget"] == {**committed["budget"], "name": "vanilla_s1.json"}
+    row = next(l for l in (fresh / reproduce.REPORT).read_text().splitlines()
+               if l.startswith("| vanilla_s1 |"))
+    bleu = f"{committed['test']['bleu']:.2f}"
+    assert row == (f"| vanilla_s1 | 30 / 30 | {bleu} / {bleu} | "
+                   f"{committed['average_valid_loss']:.3f} / {committed['average_valid_loss']:.3f}"
+                   " | identical | 10: identical; 30: identical |")
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
+    assert not (fresh / ".git").exists()
+    with pytest.raises(SystemExit, match="--rows: vanilla_s9 not in .*; committed: vanilla_s1"):
+        reproduce.select(reproduce.committed_rows(str(source)), "vanilla_s9", str(source))
+    with pytest.raises(SystemExit, match="that is the committed folder"):
+        reproduce.prepare(str(source), str(source), toy)
 
 
 def test_each_record_carries_its_comparison_pair():

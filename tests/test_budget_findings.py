@@ -118,11 +118,12 @@ def test_long_runs_add_new_seeds_and_check_committed_ones(tmp_path):
         (tmp_path / where / "vanilla_s1_u8000.en").write_text("a b\n")
     long_ms = long_stages["vanilla"][1]
     short = {8000: milestone("vanilla", 1, 8000, losses)}
-    assert budget_long.reproduction(long_ms, short, str(tmp_path)) == "8,000: identical"
+    folders = str(tmp_path / "long"), str(tmp_path)
+    assert budget_long.reproduction(long_ms, short, *folders) == "8,000: identical"
     (tmp_path / "hyps" / "vanilla_s1_u8000.en").write_text("a c\n")
-    assert budget_long.reproduction(long_ms, short, str(tmp_path)) == (
+    assert budget_long.reproduction(long_ms, short, *folders) == (
         "8,000: valid loss 5.500 vs 5.500, hypotheses differ")
-    assert budget_long.reproduction(long_ms, None, str(tmp_path)) == "new seed"
+    assert budget_long.reproduction(long_ms, None, *folders) == "new seed"
 
 
 def test_a_distilled_students_valid_loss_is_compared_with_no_raw_data_model(tmp_path):
