@@ -26,7 +26,8 @@ from harness import milestones, queue, run_record
 from harness.configs import CONFIGS, load_budget, row_fields, select_configs, staged
 from harness.cpu_clock import cpu_per_update, read_cpu_log
 from harness.decode import bleu_evaluation
-from harness.run_record import checkpoint_updates, record_run, run_curve, with_cpu
+from harness.run_record import checkpoint_updates, record_run, run_curve
+from harness.training import with_cpu
 from harness.runs import plan_run
 
 # Takase & Kiyono's and Kasai et al.'s rows with seed 1; the second seed of the three the

@@ -6,56 +6,23 @@ import os
 from typing import Callable, Dict, List, Sequence
 
 from harness.configs import CONFIGS, load_budget, row_fields, select_configs
-from harness.cpu_clock import cpu_per_update, cumulative_cpu, read_cpu_log
+from harness.cpu_clock import cpu_per_update, read_cpu_log
 from harness.decode import bleu_evaluation
 from harness.queue import Item
 from harness.runs import plan_run
-from harness.training import checkpoint_progress, log_records, train
-
-
-def learning_curve(log_path: str, cpu_costs: Sequence[float] = ()) -> List[Dict]:
-    """Valid loss at every validation, with the training seconds spent up to that update.
-
-    fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
-    interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
-    are the sum over the intervals that end at or before u; an interval logged twice (a killed
-    attempt that was resumed from an earlier checkpoint) counts once, with its last value.
-    ``cpu_costs`` (:func:`~harness.cpu_clock.cpu_per_update`) adds the
-    CPU seconds spent up to each point (``train_cpu_seconds``, :func:`with_cpu`)."""
-    intervals, points = {}, {}
-    for kind, rec in log_records(log_path):
-        if kind == "train_inner" and "train_wall" in rec:
-            intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
-        elif kind == "valid":
-            point = {"update": int(float(rec["valid_num_updates"])),
-                     "valid_loss": float(rec["valid_loss"])}
-            if "valid_nll_loss" in rec:
-                point["valid_nll_loss"] = float(rec["valid_nll_loss"])
-            points[point["update"]] = point
-    for u, point in points.items():
-        point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
-    return with_cpu([points[u] for u in sorted(points)], cpu_costs)
-
-
-def with_cpu(curve: Sequence[Dict], cpu_costs: Sequence[float]) -> List[Dict]:
-    """``curve``'s points with the CPU seconds spent up to each (where ``cpu_costs`` reach)."""
-    return [dict(p, train_cpu_seconds=round(cumulative_cpu(cpu_costs, p["update"]), 2))
-            if len(cpu_costs) >= p["update"] else dict(p) for p in curve]
+from harness.training import checkpoint_progress, learning_curve, train, with_cpu
 
 
 def train_run(run, ident: str, progress=print) -> Dict:
     """Train (or finish) ``run`` (restartable); returns its done.json content, and the run
-    holds what it reached: its updates, and its curve to be parsed once again."""
+    holds what it reached: its updates, and its curve (:func:`~harness.training.train`)."""
     if run.skip_reason:
         raise RuntimeError(f"{ident}: {run.skip_reason}")
-    if run.state() == "done":
-        progress(f"[train] {run.name}: already trained ({run.done_info()['updates']} updates); "
-                 "skipped")
-    else:
-        train(run, progress)
+    if run.state() != "done":
+        return train(run, progress)  # which sets what the run holds
     info = run.done_info()
-    run.updates = int(info.get("checkpoint_updates", info["updates"]))
-    run.curve = None
+    progress(f"[train] {run.name}: already trained ({info['updates']} updates); skipped")
+    run.updates, run.curve = int(info.get("checkpoint_updates", info["updates"])), None
     return info
 
 

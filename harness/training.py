@@ -12,10 +12,10 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from harness import child, cpu_load
-from harness.cpu_clock import CpuLog
+from harness.cpu_clock import CpuLog, cumulative_cpu
 from harness.queue import write_result
 from harness.runs import Run
 
@@ -40,10 +40,11 @@ def log_records(path: str):
             yield from filter(None, map(_json_record, f))
 
 
-def parse_train_log(path: str) -> Dict:
-    """Training statistics from fairseq's JSON log lines (all attempts appended)."""
+def parse_train_log(records: Sequence[Tuple[str, Dict]]) -> Dict:
+    """Training statistics from fairseq's JSON log lines (:func:`log_records`, all attempts
+    appended)."""
     inner, epochs, valids = [], [], []
-    for kind, rec in log_records(path):
+    for kind, rec in records:
         {"train_inner": inner, "train": epochs, "valid": valids}[kind].append(rec)
     wps = [float(r["wps"]) for r in inner[1:] if "wps" in r] or \
           [float(r["wps"]) for r in inner if "wps" in r] or \
@@ -57,6 +58,37 @@ def parse_train_log(path: str) -> Dict:
             "valid_loss": float(valids[-1]["valid_loss"]) if valids else None,
             "valid_nll_loss": float(valids[-1]["valid_nll_loss"]) if valids and
             "valid_nll_loss" in valids[-1] else None}
+
+
+def learning_curve(log, cpu_costs: Sequence[float] = ()) -> List[Dict]:
+    """Valid loss at every validation of a training log (its path, or its
+    :func:`log_records` read once), with the training seconds spent up to that update.
+
+    fairseq's ``train_inner`` lines carry ``train_wall``, the seconds of their own logging
+    interval (its cumulative ``wall`` restarts on resume), so the training seconds at update u
+    are the sum over the intervals that end at or before u; an interval logged twice (a killed
+    attempt that was resumed from an earlier checkpoint) counts once, with its last value.
+    ``cpu_costs`` (:func:`~harness.cpu_clock.cpu_per_update`) adds the
+    CPU seconds spent up to each point (``train_cpu_seconds``, :func:`with_cpu`)."""
+    intervals, points = {}, {}
+    for kind, rec in (log_records(log) if isinstance(log, str) else log):
+        if kind == "train_inner" and "train_wall" in rec:
+            intervals[int(float(rec["num_updates"]))] = float(rec["train_wall"])
+        elif kind == "valid":
+            point = {"update": int(float(rec["valid_num_updates"])),
+                     "valid_loss": float(rec["valid_loss"])}
+            if "valid_nll_loss" in rec:
+                point["valid_nll_loss"] = float(rec["valid_nll_loss"])
+            points[point["update"]] = point
+    for u, point in points.items():
+        point["train_seconds"] = sum(s for end, s in intervals.items() if end <= u)
+    return with_cpu([points[u] for u in sorted(points)], cpu_costs)
+
+
+def with_cpu(curve: Sequence[Dict], cpu_costs: Sequence[float]) -> List[Dict]:
+    """``curve``'s points with the CPU seconds spent up to each (where ``cpu_costs`` reach)."""
+    return [dict(p, train_cpu_seconds=round(cumulative_cpu(cpu_costs, p["update"]), 2))
+            if len(cpu_costs) >= p["update"] else dict(p) for p in curve]
 
 
 def checkpoint_progress(path: str) -> Dict:
@@ -76,13 +108,17 @@ def checkpoint_progress(path: str) -> Dict:
 
 
 def _write_done(run: Run, key: str, t0: float, log_path: str, note: str = "") -> Dict:
-    stats = parse_train_log(log_path)
+    """done.json of a chunk of training; the log is parsed and the checkpoint read once here,
+    and the run holds what they say (its updates and curve) for the milestone that follows."""
+    records = list(log_records(log_path))
+    stats = parse_train_log(records)
     ck = checkpoint_progress(run.checkpoint)
     stats["updates"] = max(stats["updates"], ck["updates"])
     info = {"key": key, "checkpoint_updates": ck["updates"], "name": run.name, "params": run.params, "limits": run.limits(),
             "wall_seconds_last_attempt": time.time() - t0, "training_seconds": ck["seconds"],
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "note": note, **stats}
     write_result(Path(run.dir) / "done.json", info)
+    run.updates, run.curve = ck["updates"], learning_curve(records)
     return info
 
 

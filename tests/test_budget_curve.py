@@ -17,7 +17,8 @@ import torch
 from harness import budget_curve, budget_report, configs, milestones, reproduce
 from harness.configs import BUDGETS, CONFIGS, load_budget, row_fields, select_configs
 from harness.corpus import CORPUS_FILES
-from harness.run_record import learning_curve, train_run
+from harness.run_record import train_run
+from harness.training import learning_curve
 from harness.runs import plan_run
 from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
 
@@ -89,6 +90,45 @@ def test_stages_equal_one_long_run(uninterrupted, toy, tmp_path):
     one = learning_curve(os.path.join(run.dir, "train.log"))
     staged = written(uninterrupted)["vanilla_s1.json"]
     assert [(p["update"], p["valid_loss"]) for p in one] == staged["curve"]
+
+
+def test_a_run_holds_its_state_reading_its_log_and_checkpoint_once_per_chunk(toy, tmp_path,
+                                                                             monkeypatch):
+    """Issue 54, item 3: per chunk of training the log is parsed once and the checkpoint read
+    once (twice where the chunk resumes), and what the milestones ask is what the run holds."""
+    from harness import run_record, training
+
+    reads = {"log": 0, "checkpoint": 0}
+
+    def counted(key, f):
+        def wrapper(*a, **k):
+            reads[key] += 1
+            return f(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(training, "log_records", counted("log", training.log_records))
+    progress = counted("checkpoint", training.checkpoint_progress)
+    monkeypatch.setattr(training, "checkpoint_progress", progress)
+    monkeypatch.setattr(run_record, "checkpoint_progress", progress)
+    budget = load_budget("tiny_milestones", ["seed=1"])
+    run = plan_run(select_configs(CONFIGS, "vanilla", None)[0], 1, toy, str(tmp_path), budget,
+                   lambda m: None)
+    seen = []
+
+    def at_milestone(k):
+        seen.append((k, run_record.checkpoint_updates(run),
+                     [p["update"] for p in run_record.run_curve(run)]))
+        return {"update": k}
+
+    staged = milestones.run_stages(run, [10, 30], 0, at_milestone, lambda k: None,
+                                   lambda m: None)
+    assert [r["update"] for r in staged["milestones"]] == [10, 30]
+    # the log as the run found it (none yet), then once per chunk; the checkpoint once per
+    # chunk, and once more where the second resumes
+    assert reads == {"log": 3, "checkpoint": 3}
+    assert [(k, u) for k, u, _ in seen] == [(10, 10), (30, 30)]
+    assert seen[1][2] == [p["update"] for p in training.learning_curve(
+        os.path.join(run.dir, "train.log"))] and 30 in seen[1][2]
 
 
 def test_kill_9_between_milestones_then_restart_writes_the_same(uninterrupted, toy, tmp_path):

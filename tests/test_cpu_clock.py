@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness import cpu_clock, run_record
+from harness import cpu_clock, training
 
 
 def test_cpu_per_update_takes_the_last_attempt_and_estimates_unrecorded_updates():
@@ -28,7 +28,7 @@ def test_learning_curve_adds_cpu_seconds(tmp_path):
     log = tmp_path / "train.log"
     log.write_text('x | INFO | train_inner | {"num_updates": "2", "train_wall": "7"}\n'
                    'x | INFO | valid | {"valid_loss": "9.5", "valid_num_updates": "2"}\n')
-    curve = run_record.learning_curve(str(log), [1.5, 2.0])
+    curve = training.learning_curve(str(log), [1.5, 2.0])
     assert curve == [{"update": 2, "valid_loss": 9.5, "train_seconds": 7.0,
                       "train_cpu_seconds": 3.5}]
 

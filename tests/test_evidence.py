@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from harness import budget_curve, budget_report, queue, run_record
+from harness import budget_curve, budget_report, queue, training
 from harness.corpus import CORPUS_FILES, snapshot_corpus
 from harness.statistics import load_runs, read_lines
 from helpers_data import shared_main_job
@@ -67,7 +67,7 @@ def test_learning_curve_sums_interval_seconds_once_per_interval(tmp_path):
     log.write_text(inner(25, 10) + inner(50, 12) + valid(50, "9.5") + inner(75, 11)
                    # killed after update 75, resumed from the checkpoint at 50
                    + inner(75, 13) + inner(100, 9) + valid(100, "8.25"))
-    curve = run_record.learning_curve(str(log))
+    curve = training.learning_curve(str(log))
     assert curve == [{"update": 50, "valid_loss": 9.5, "train_seconds": 22.0},
                      {"update": 100, "valid_loss": 8.25, "train_seconds": 44.0}]
 
