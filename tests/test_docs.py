@@ -219,6 +219,22 @@ def readme_table():
     return [line for line in block.splitlines() if line.startswith("|")]
 
 
+def test_the_install_page_lists_every_console_script():
+    """docs/install.md names each of ``pyproject.toml``'s console scripts (``-distill`` for
+    ``fairseq-shared-distill``) and no other."""
+    scripts = re.findall(r"^fairseq-shared-([\w-]+) =", text(ROOT / "pyproject.toml"), re.M)
+    page = text(ROOT / "docs" / "install.md").split("The console scripts are", 1)[1].split("(", 1)[0]
+    named = re.findall(r"`(?:fairseq-shared)?-([\w-]+)`", page)
+    assert scripts and sorted(named) == sorted(scripts), (sorted(named), sorted(scripts))
+
+
+def test_the_pins_comments_name_where_the_pins_are_explained():
+    section = "Why these pins"
+    assert f"## {section}" in text(ROOT / "docs" / "install.md")
+    for name in ("pyproject.toml", "requirements.txt"):
+        assert f'docs/install.md, "{section}"' in text(ROOT / name), name
+
+
 def test_every_docs_page_is_reachable_from_the_readme():
     linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)", text(ROOT / "README.md")))
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
