@@ -71,7 +71,7 @@ def table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict], cells: Di
     then the rest by name; a note under the table says what each cell is."""
     head = ["model", "layers", "parameters", "test BLEU, final (seeds)",
             f"ΔBLEU vs {BASELINE} 3+3 [95%]", f"Δ valid loss vs {BASELINE} 3+3 [95%] (bits)",
-            f"speed x{BASELINE} 3+3 fairseq, fastest engine: b={' / b='.join(BATCH_SIZES)}"]
+            f"speed (x {BASELINE} 3+3's fairseq), fastest engine: b={' / b='.join(BATCH_SIZES)}"]
     lines = markdown_table(head, align="llrrllr")
     if lookup_bleu is not None:
         lines.append(markdown_row(["lookup baseline (closest training verse)", "-", "-",
