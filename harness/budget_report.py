@@ -3,7 +3,7 @@ milestones, runs, hypotheses and corpus snapshot of :mod:`~harness.budget_curve`
 and the 16,000-update runs of ``RESULTS/long/`` (:mod:`~harness.budget_long`)
 make ``RESULTS/tables.md``, ``RESULTS/budget_curves.png`` and ``RESULTS/summary.md``
 (:mod:`~harness.budget_summary`), and the frontier of the same final models
-(``RESULTS/frontier/``) is rendered again; what each holds: docs/results.md. A suite without
+(``RESULTS/frontier/``) is rendered again; what each holds: results/README.md. A suite without
 milestones (budget ``evidence``, ``results/bible_clean``) gets the papers' equal-updates tables
 instead (:func:`render_equal_updates`).
 
