@@ -94,9 +94,8 @@ EXPORT = "teacher_export"
 def choose_engine(teacher: Teacher, corpus_bin: str, out: str, settings: Dict,
                   check_sentences: int, threads: int) -> Dict:
     """``{"engine": "ct2" | "fairseq", "reason": ..., "export_sha256": ...}`` by the module's
-    rule (``export_sha256``: the files of ``out/teacher_export`` that passed the check)."""
+    rule (``export_sha256``: :func:`decoding_files` of the export that passed the check)."""
     from fairseq_shared.export.api import export
-    from fairseq_shared.export.directory import file_hashes
     from fairseq_shared.export.plain import ExportError
 
     if len(teacher.paths) > 1:
@@ -117,10 +116,18 @@ def choose_engine(teacher: Teacher, corpus_bin: str, out: str, settings: Dict,
         return {"engine": "fairseq", "reason": f"the CTranslate2 export failed its check on "
                 f"{check_sentences} valid sentences (max |diff| {check['max_abs_diff']:.2g} per "
                 f"token > {check['tolerance']:g})"}
-    return {"engine": "ct2", "export_sha256": file_hashes(target),
+    return {"engine": "ct2", "export_sha256": decoding_files(target),
             "reason": f"the CTranslate2 export passed its check on {check['sentences']} valid "
             f"sentences (max |diff| {check['max_abs_diff']:.2g} per token; searches identical on "
             f"{check['search']['identical']})"}
+
+
+def decoding_files(export_dir: str) -> Dict[str, str]:
+    """``{path: sha256}`` of the CTranslate2 model of ``export_dir`` (``ct2/``), the files
+    that decode (the export's plain checkpoint differs from one export to the next)."""
+    from fairseq_shared.export.directory import file_hashes
+
+    return file_hashes(os.path.join(export_dir, "ct2"))
 
 
 def reuse_engine(teacher: Teacher, engine: Dict, corpus_bin: str, out: str, settings: Dict,
@@ -128,12 +135,10 @@ def reuse_engine(teacher: Teacher, engine: Dict, corpus_bin: str, out: str, sett
     """The engine ``state.json`` recorded, its export re-checked: files that differ from the
     ones that passed the check (a corrupted or replaced export, or a run killed before it
     recorded them) are exported and checked again, and must come out the same."""
-    from fairseq_shared.export.directory import file_hashes
-
     if engine.get("engine") != "ct2":
         return engine
     target = os.path.join(out, EXPORT)
-    if os.path.isdir(target) and file_hashes(target) == engine.get("export_sha256"):
+    if os.path.isdir(target) and decoding_files(target) == engine.get("export_sha256"):
         return engine
     log(f"{target}: not the export that passed the check; exporting the teacher again")
     again = choose_engine(teacher, corpus_bin, out, settings, check_sentences, threads)
