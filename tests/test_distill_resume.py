@@ -83,6 +83,11 @@ def test_kills_at_several_moments_a_second_run_a_moved_out_and_a_corrupted_expor
     _kill(second)
     assert len(os.listdir(out / "shards")) < 160
 
+    victim = tmp_path / "victim.txt"  # links planted where the run writes: never written through
+    victim.write_text("the user's\n")
+    (out / "text").mkdir()
+    (out / "text" / "train.tgt.tmp").symlink_to(victim)
+    (out / "text" / "train.src").symlink_to(victim)
     third = _start(args)
     _wait_for(third, lambda: (out / "text" / "train.src").exists(), "assembling the corpus")
     _kill(third)
@@ -99,6 +104,8 @@ def test_kills_at_several_moments_a_second_run_a_moved_out_and_a_corrupted_expor
     resumed = json.loads((moved / "manifest.json").read_text())
     assert resumed["engine"] == "ct2" and resumed["train_sha256"] == manifest["train_sha256"]
     _same_corpus(moved, reference)
+    assert victim.read_text() == "the user's\n"
+    assert not (moved / "text" / "train.src").is_symlink()
 
 
 def test_a_corpus_rebuilt_in_place_is_refused_not_reported_done(ct2_run, tmp_path,

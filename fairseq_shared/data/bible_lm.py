@@ -22,7 +22,6 @@ become ``<unk>``), and the audit numbers the corpus carries.
 
 import hashlib
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 

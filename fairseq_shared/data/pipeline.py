@@ -2,7 +2,7 @@
 fairseq-preprocess, line-oriented file helpers.
 
 Every file is written under a fresh temporary name beside it and then renamed into place
-(:func:`write_text` and :func:`write_lines` through ``checkpoint_io.atomic_write``; a
+(``write_text``, ``copy_file`` and :func:`write_lines` through ``checkpoint_io.atomic_write``; a
 directory from a fresh ``mkdtemp``), so a killed run leaves the old file or the new one, a
 symlink planted at a temporary name is never written through, and a full disk names the path.
 
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fairseq_shared.checkpoint_io import atomic_write
+from fairseq_shared.checkpoint_io import atomic_write, copy_file, write_text  # noqa: F401 (the data builders' writers)
 
 
 def log(msg):
@@ -116,16 +116,9 @@ def read_lines(path):
         return [line.rstrip("\n") for line in f]
 
 
-def write_text(path, text):
-    """``text`` into ``path`` (UTF-8), atomically (``checkpoint_io.atomic_write``); creates
-    the parent directory."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(str(path), lambda f: f.write(text.encode("utf-8")))
-
-
 def write_lines(path, lines):
-    """One line per item of ``lines`` (a newline inside one becomes a space), atomically as
-    :func:`write_text`, streamed: a killed run leaves no half-written file."""
+    """One line per item of ``lines`` (a newline inside one becomes a space), through
+    ``checkpoint_io.atomic_write``, streamed: a killed run leaves no half-written file."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
 
     def write(f):
@@ -133,13 +126,6 @@ def write_lines(path, lines):
             f.write((line.replace("\n", " ") + "\n").encode("utf-8"))
 
     atomic_write(str(path), write)
-
-
-def copy_file(src, dst):
-    """``src``'s bytes into ``dst``, atomically as :func:`write_text`."""
-    Path(dst).parent.mkdir(parents=True, exist_ok=True)
-    with open(src, "rb") as f:
-        atomic_write(str(dst), lambda out: shutil.copyfileobj(f, out))
 
 
 def fresh_dir_beside(path, job):

@@ -35,7 +35,6 @@ import glob
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -234,7 +233,7 @@ def assemble(teacher: Teacher, dataset, out: str, corpus_bin: str) -> int:
     held_out = re.compile(r"(valid|test)\d*\.")
     for name in sorted(os.listdir(corpus_bin)):
         if held_out.match(name):
-            shutil.copy2(os.path.join(corpus_bin, name), os.path.join(out, "bin", name))
+            checkpoint_io.copy_file(os.path.join(corpus_bin, name), os.path.join(out, "bin", name))
     return len(pairs)
 
 
