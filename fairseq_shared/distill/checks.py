@@ -166,10 +166,12 @@ def _symbols(path: str) -> List[str]:
 
 
 def check_dictionaries(teacher: str, trained_on: str, corpus_bin: str, sizes: Dict[str, int],
-                       model_state: Dict) -> None:
+                       model_state: Dict, given: bool = False) -> None:
     """Each dictionary of ``corpus_bin`` ({file name: symbols as the task loaded it}) equals
-    the one in ``trained_on`` (the teacher's training data directory, when it still exists),
-    and the teacher's embeddings have one row per symbol."""
+    the one in ``trained_on`` (the teacher's training data directory; ``given``: named by
+    ``--trained-on``), and the teacher's embeddings have one row per symbol. A dictionary
+    that ``trained_on`` no longer holds is refused: another corpus's dictionary of the same
+    size would pass the row count and distil garbage."""
     names = list(sizes)
     for name in names:
         ours = os.path.join(corpus_bin, name)
@@ -177,7 +179,16 @@ def check_dictionaries(teacher: str, trained_on: str, corpus_bin: str, sizes: Di
             raise DistillError(f"--data {corpus_bin}: no {name} (the teacher {teacher} needs "
                                "the dictionaries of the corpus it was trained on)")
         theirs = os.path.join(str(trained_on or ""), name)
-        if trained_on and os.path.exists(theirs) and not same_content(ours, theirs):
+        if not os.path.isfile(theirs):
+            if given:
+                raise DistillError(f"--trained-on {trained_on}: no {name} (the directory of "
+                                   f"the dictionaries {teacher} was trained with)")
+            raise DistillError(
+                f"{teacher}: its training data directory {trained_on or '(none recorded)'} no "
+                f"longer holds {name}, so --data {corpus_bin}'s cannot be checked against it; "
+                "pass --trained-on DIR, the directory that holds its dictionaries now (--data's "
+                "own, if it is the teacher's corpus)")
+        if not same_content(ours, theirs):
             a, b = _symbols(ours), _symbols(theirs)
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             raise DistillError(

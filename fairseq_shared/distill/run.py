@@ -58,9 +58,10 @@ class Teacher:
         return min(int(m.max_positions()[0]) for m in self.models)
 
 
-def load_teacher(paths: Sequence[str], corpus_bin: str) -> Teacher:
+def load_teacher(paths: Sequence[str], corpus_bin: str, trained_on: Optional[str] = None) -> Teacher:
     """Each checkpoint of ``paths`` (a translation model of the plug-in) with the task of
-    ``corpus_bin``, refused with one line when the corpus's dictionaries are not its own."""
+    ``corpus_bin``, refused with one line when the corpus's dictionaries are not the ones in
+    its training data directory (``trained_on``: where they are now, when it moved)."""
     from fairseq_shared.models import architectures
     from fairseq_shared.tools.checkpoints import Takes, refuse
 
@@ -71,13 +72,14 @@ def load_teacher(paths: Sequence[str], corpus_bin: str) -> Teacher:
         checks.check_finite(path, state["model"])
         cfg = state["cfg"]
         refuse(cfg.model, takes)
-        trained_on = str(getattr(cfg.task, "data", "") or "").split(os.pathsep)[0]
+        recorded = str(getattr(cfg.task, "data", "") or "").split(os.pathsep)[0]
         cfg.task.data = corpus_bin
         own = checkpoint_io.setup_task(cfg.task, path, corpus_bin)
         src, tgt = own.cfg.source_lang, own.cfg.target_lang
-        checks.check_dictionaries(path, trained_on, corpus_bin, {
+        checks.check_dictionaries(path, trained_on or recorded, corpus_bin, {
             f"dict.{src}.txt": len(own.source_dictionary),
-            f"dict.{tgt}.txt": len(own.target_dictionary)}, state["model"])
+            f"dict.{tgt}.txt": len(own.target_dictionary)}, state["model"],
+            given=trained_on is not None)
         model = own.build_model(cfg.model)
         model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         models.append(model.eval())
@@ -256,9 +258,10 @@ def valid_bleu(teacher: Teacher, decode, post: str) -> Dict:
 def distill(teachers: Sequence[str], data: str, out: Optional[str] = None,
             settings: Optional[Dict] = None, batch_size: int = 64, shard_size: int = 1000,
             check_sentences: int = 20, threads: int = 1, post: str = "auto",
-            command: str = "") -> Dict:
+            command: str = "", trained_on: Optional[str] = None) -> Dict:
     """Distil ``data``'s training split with ``teachers`` into ``out`` (default:
-    ``<corpus>/distilled``); returns the manifest. Resumes a killed run."""
+    ``<corpus>/distilled``); returns the manifest. Resumes a killed run. ``trained_on``: the
+    directory that holds the teachers' dictionaries now, when their training data moved."""
     from fairseq_shared.timing.session import resolve_data
 
     settings = {**DEFAULTS, **(settings or {})}
@@ -277,7 +280,7 @@ def distill(teachers: Sequence[str], data: str, out: Optional[str] = None,
             "corpus": corpus_bin, "corpus_sha256": checks.corpus_hashes(corpus_bin),
             "settings": settings, "batch_size": batch_size, "shard_size": shard_size}
     checks.check_output(out, plan)  # before the lock creates --out
-    teacher = load_teacher(teachers, corpus_bin)  # the dictionaries, before "done already"
+    teacher = load_teacher(teachers, corpus_bin, trained_on)  # before "done already"
     with checks.locked(out):
         state = checks.check_output(out, plan)  # again: another run may have written it
         manifest_path = os.path.join(out, "manifest.json")

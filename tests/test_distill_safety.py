@@ -180,3 +180,32 @@ def test_a_full_disk_names_the_file_it_could_not_write(ensemble_run, tmp_path, t
     assert not (out / "text" / "train.src").exists()
     assert main(_args(teachers, data_bin(tmp_path_factory), out)) == 0  # resumes
     _same_corpus(out, reference)
+
+
+def test_a_teacher_whose_training_data_is_gone_needs_trained_on(tmp_path, tmp_path_factory,
+                                                                capsys):
+    """Another corpus's dictionary of the same size passed the row count and distilled
+    garbage; now the dictionaries are compared with the ones named by --trained-on."""
+    from fairseq_shared import checkpoint_io
+
+    data = data_bin(tmp_path_factory)
+    state = checkpoint_io.load_raw(str(trained_checkpoints(tmp_path_factory) / "checkpoint3.pt"))
+    state["cfg"]["task"]["data"] = str(tmp_path / "gone" / "bin")
+    moved = tmp_path / "moved.pt"
+    torch.save(state, moved)
+    other = shutil.copytree(data, tmp_path / "other")  # same sizes, the symbols in another order
+    for name in ("dict.src.txt", "dict.tgt.txt"):
+        lines = (other / name).read_text().splitlines()
+        (other / name).write_text("\n".join(lines[::-1]) + "\n")
+    out = tmp_path / "out"
+    err = _fails(_args([moved], other, out), capsys)
+    assert err.startswith(f"distill: error: {moved}: its training data directory "
+                          f"{tmp_path / 'gone' / 'bin'} no longer holds dict.src.txt, so --data "
+                          f"{other}'s cannot be checked against it; pass --trained-on DIR"), err
+    err = _fails(_args([moved], other, out) + ["--trained-on", str(data)], capsys)
+    assert f"--data {other}: dict.src.txt differs from the dictionary {data / 'dict.src.txt'}" in err
+    err = _fails(_args([moved], data, out) + ["--trained-on", str(tmp_path)], capsys)
+    assert f"--trained-on {tmp_path}: no dict.src.txt" in err
+    assert not out.exists()
+    assert main(_args([moved], data, out, shard=80) + ["--trained-on", str(data)]) == 0
+    assert json.loads((out / "manifest.json").read_text())["distilled_sentences"] == 160
