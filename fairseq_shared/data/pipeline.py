@@ -3,21 +3,20 @@ fairseq-preprocess, line-oriented file helpers.
 
 Every file is written under a fresh temporary name beside it and then renamed into place
 (``write_text``, ``copy_file`` and :func:`write_lines` through ``checkpoint_io.atomic_write``; a
-directory from a fresh ``mkdtemp``), so a killed run leaves the old file or the new one, a
-symlink planted at a temporary name is never written through, and a full disk names the path.
+directory made by ``mkdir``, :func:`fresh_dir_beside`), so a killed run leaves the old file or
+the new one, a symlink planted at a temporary name is never written through, and a full disk
+names the path.
 
 A stage is skipped when its done-marker exists, records the same parameters, and all its
 outputs exist; otherwise the marker is removed, the stage runs, its outputs are checked and the
 marker is written last, so a run killed in the middle of a stage redoes that stage only.
 """
 
-import glob
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -129,18 +128,16 @@ def write_lines(path, lines):
 
 
 def fresh_dir_beside(path, job):
-    """A new empty directory beside ``path`` (hidden, ``.NAME.JOB-XXXXXX``; ``mkdtemp``: never
-    one that exists, nor a link), after removing the ones an interrupted run left."""
+    """A new empty directory beside ``path``, ``.NAME.JOB``, after removing what an
+    interrupted run left there (a link is removed, never followed). ``mkdir`` creates it, so
+    anything that takes the name meanwhile is an error, never written through; the name is
+    fixed so that files that record their path (sentencepiece's model) come out the same."""
     path = Path(path)
-    prefix = f".{path.name}.{job}-"
+    fresh = path.with_name(f".{path.name}.{job}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    for left in glob.glob(os.path.join(glob.escape(str(path.parent)), glob.escape(prefix) + "*")):
-        remove(left)
-    fresh = tempfile.mkdtemp(prefix=prefix, dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(fresh, 0o777 & ~umask)  # as mkdir would create it (mkdtemp: 0700)
-    return Path(fresh)
+    remove(fresh)
+    fresh.mkdir()
+    return fresh
 
 
 def remove(path):

@@ -14,7 +14,6 @@ decoding.
 """
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import math
@@ -22,6 +21,7 @@ import os
 from typing import Dict, Iterator, List, Optional
 
 from fairseq_shared.errors import FairseqSharedError
+from fairseq_shared.locks import held
 
 #: What a distillation writes into ``--out``; anything else there is refused, but for hidden
 #: names (the temporaries of atomic writes and of the teacher's export).
@@ -128,22 +128,15 @@ def check_output(out: str, plan: Dict) -> Optional[Dict]:
 @contextlib.contextmanager
 def locked(out: str) -> Iterator[None]:
     """Hold the lock ``out/.lock`` (created with ``out``), or raise :class:`DistillError`
-    when another run holds it (a kernel lock: released when its holder dies, kill -9 too)."""
+    when another run holds it (:func:`fairseq_shared.locks.held`)."""
     path = os.path.join(out, LOCK)
     try:
         os.makedirs(out, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e:
-        raise DistillError(f"--out {out}: cannot create its lock {path}: {e.strerror or e}")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DistillError(f"--out {out}: another distill run is writing into it (it holds "
-                               f"{path}); wait for it to finish, or use another directory")
+        raise DistillError(f"--out {out}: cannot create it: {e.strerror or e}")
+    with held(path, f"--out {out}", f"--out {out}: another distill run is writing into it (it "
+              f"holds {path}); wait for it to finish, or use another directory", DistillError):
         yield
-    finally:
-        os.close(fd)
 
 
 def check_finite(path: str, model_state: Dict) -> None:
