@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from typing import Dict, Iterator, List, Optional
 
 from fairseq_shared.errors import FairseqSharedError
@@ -42,11 +43,15 @@ def sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+#: The files of a binarized corpus that a distillation reads (its dictionaries and splits).
+CORPUS_FILES = re.compile(r"dict\..+\.txt|(train|valid|test)\d*\..+\.(bin|idx)")
+
+
 def corpus_hashes(corpus_bin: str) -> Dict[str, str]:
-    """``{name: sha256}`` of the binarized corpus's files (dictionaries, every split): what a
+    """``{name: sha256}`` of the binarized corpus's dictionaries and splits: what a
     distillation is of, whatever path the corpus has."""
     return {name: sha256(os.path.join(corpus_bin, name)) for name in sorted(os.listdir(corpus_bin))
-            if not name.startswith(".") and os.path.isfile(os.path.join(corpus_bin, name))}
+            if CORPUS_FILES.fullmatch(name) and os.path.isfile(os.path.join(corpus_bin, name))}
 
 
 def check_settings(beam: int, lenpen: float, max_len_a: float, max_len_b: int, batch_size: int,

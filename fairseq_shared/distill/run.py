@@ -143,7 +143,8 @@ def reuse_engine(teacher: Teacher, engine: Dict, corpus_bin: str, out: str, sett
         return engine
     log(f"{target}: not the export that passed the check; exporting the teacher again")
     again = choose_engine(teacher, corpus_bin, out, settings, check_sentences, threads)
-    if again["engine"] != "ct2" or again["export_sha256"] != engine.get("export_sha256"):
+    recorded = engine.get("export_sha256")  # None: a state.json of an earlier version
+    if again["engine"] != "ct2" or recorded is not None and again["export_sha256"] != recorded:
         raise checks.DistillError(
             f"--out {out}: the teacher's export {target} changed since its shards were decoded, "
             f"and exporting it again gives other files ({again['reason']}); distil into a new "
