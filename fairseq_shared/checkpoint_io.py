@@ -12,7 +12,9 @@
   dictionaries are no longer where the checkpoint's configuration says.
 * :func:`save` writes atomically (:func:`atomic_write`, the one atomic writer: a full or
   read-only disk is one :class:`CheckpointError` naming the path and the cause, and leaves
-  the old file), and refuses weights that are not finite (:func:`refuse_non_finite`).
+  the old file), and refuses weights that are not finite (:func:`refuse_non_finite`); every
+  other file of the package is written through it too (:func:`write_text`,
+  :func:`copy_file`).
 * :func:`refuse_overwrite` stops a tool, before any work, whose output would replace one of
   its inputs.
 * :func:`intact` and :func:`newest_intact` find, among a save directory's checkpoints, the
@@ -291,6 +293,19 @@ def atomic_write(path: str, write) -> str:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def write_text(path: str, text: str) -> str:
+    """``text`` (UTF-8) into ``path`` through :func:`atomic_write`."""
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def copy_file(src: str, dst: str) -> str:
+    """``src``'s bytes into ``dst`` through :func:`atomic_write`."""
+    import shutil
+
+    with open(src, "rb") as source:
+        return atomic_write(dst, lambda f: shutil.copyfileobj(source, f))
 
 
 def write_failure(error: OSError) -> str:

@@ -554,16 +554,13 @@ class _AtomicCopies:
         self._path_manager = path_manager
 
     def copy(self, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
-        import shutil
-
         from fairseq_shared import checkpoint_io
 
         if "://" in str(src_path) or "://" in str(dst_path):
             return self._path_manager.copy(src_path, dst_path, overwrite)
         if not overwrite and os.path.exists(dst_path):
             return False
-        with open(src_path, "rb") as source:
-            checkpoint_io.atomic_write(dst_path, lambda f: shutil.copyfileobj(source, f))
+        checkpoint_io.copy_file(src_path, dst_path)
         return True
 
     def __getattr__(self, name):

@@ -5,6 +5,8 @@ import json
 import math
 import os
 
+from fairseq_shared.checkpoint_io import write_text
+
 
 def fmt(x, spec=".2f", pre=""):
     """``x`` formatted with ``spec`` (after ``pre``); a missing value (None, NaN) is "-"."""
@@ -16,7 +18,5 @@ def fmt(x, spec=".2f", pre=""):
 def write_report(path: str, text: str, data: dict) -> None:
     """``text`` to ``path`` (markdown) and ``data`` to the ``.json`` beside it."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
+    write_text(path, text)
+    write_text(os.path.splitext(path)[0] + ".json", json.dumps(data, indent=1))

@@ -3,9 +3,9 @@ milestones, runs, hypotheses and corpus snapshot of :mod:`~harness.budget_curve`
 and the 16,000-update runs of ``RESULTS/long/`` (:mod:`~harness.budget_long`)
 make ``RESULTS/tables.md``, ``RESULTS/budget_curves.png`` and ``RESULTS/summary.md``
 (:mod:`~harness.budget_summary`), and the frontier of the same final models
-(``RESULTS/frontier/``) is rendered again; what each holds: docs/results.md. Every row's label,
-depths, comparison pair, training data, validation interval and thread count come from its
-records (:func:`harness.configs.row_fields`, written by the worker), never from today's
+(``RESULTS/frontier/``) is rendered again; what each holds: results/README.md. Every row's
+label, depths, comparison pair, training data, validation interval and thread count come from
+its records (:func:`harness.configs.row_fields`, written by the worker), never from today's
 catalogue, so editing ``configs.py`` for a new study leaves these tables as they are (a test
 keeps it). A suite without
 milestones (budget ``evidence``, ``results/bible_clean``) gets the papers' equal-updates tables

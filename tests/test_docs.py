@@ -177,13 +177,62 @@ def test_the_package_map_lists_every_part_of_the_package_and_nothing_else():
     assert parts - listed == set(), f"the map leaves out: {sorted(parts - listed)}"
 
 
+#: the README's results table, written by ``python -m harness.readme_table`` between these
+#: (``harness/readme_table.py`` holds the same two lines)
+TABLE_BEGIN = "<!-- results table: rendered by `python -m harness.readme_table`"
+TABLE_END = "<!-- end of the results table -->"
+
+
+def readme_section(title: str) -> str:
+    return text(ROOT / "README.md").split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def test_the_readme_is_a_front_page():
+    """What the plug-in is, the two commands, train / decode / timing / export, then which to
+    pick (at most five bullets) before the results table, which has at most seven columns."""
     lines = text(ROOT / "README.md").splitlines()
     assert len(lines) <= 180, f"README.md has {len(lines)} lines; move detail to docs/"
     headings = [l for l in lines if l.startswith("## ")]
-    for needed in ("## Install", "## Quick start: translation", "## Quick start: language model",
-                   "## Architectures", "## Flags", "## What was measured", "## Where things live"):
+    for needed in ("## Install", "## Quick start: translation", "## Which to pick",
+                   "## What was measured", "## Quick start: language model",
+                   "## Architectures", "## Flags", "## Where things live"):
         assert needed in headings, needed
+    order = [headings.index(h) for h in ("## Install", "## Quick start: translation",
+                                         "## Which to pick", "## What was measured")]
+    assert order == sorted(order), "install, quick start, which to pick, then the results"
+    first = "\n".join(lines[:lines.index("## Which to pick")])
+    for command in ("make demo", "make test", "fairseq-train", "fairseq-generate",
+                    "fairseq-shared-time-generate", "fairseq-shared-export"):
+        assert command in first, f"the first screen shows {command}"
+    bullets = [l for l in readme_section("Which to pick").splitlines() if l.startswith("- ")]
+    assert 1 <= len(bullets) <= 5, f"'Which to pick' has {len(bullets)} bullets (at most 5)"
+    table = readme_table()
+    assert table and all(len(row.strip("|").split(" | ")) <= 7 for row in table), \
+        "the README's results table has at most 7 columns; the full one is summary.md"
+
+
+def readme_table():
+    """The rows of the README's rendered results table (between its markers)."""
+    body = text(ROOT / "README.md")
+    assert TABLE_BEGIN in body and TABLE_END in body, "README.md: the results table's markers"
+    block = body.split(TABLE_BEGIN, 1)[1].split("\n", 1)[1].split(TABLE_END, 1)[0]
+    return [line for line in block.splitlines() if line.startswith("|")]
+
+
+def test_the_install_page_lists_every_console_script():
+    """docs/install.md names each of ``pyproject.toml``'s console scripts (``-distill`` for
+    ``fairseq-shared-distill``) and no other."""
+    scripts = re.findall(r"^fairseq-shared-([\w-]+) =", text(ROOT / "pyproject.toml"), re.M)
+    page = text(ROOT / "docs" / "install.md").split("The console scripts are", 1)[1].split("(", 1)[0]
+    named = re.findall(r"`(?:fairseq-shared)?-([\w-]+)`", page)
+    assert scripts and sorted(named) == sorted(scripts), (sorted(named), sorted(scripts))
+
+
+def test_the_pins_comments_name_where_the_pins_are_explained():
+    section = "Why these pins"
+    assert f"## {section}" in text(ROOT / "docs" / "install.md")
+    for name in ("pyproject.toml", "requirements.txt"):
+        assert f'docs/install.md, "{section}"' in text(ROOT / name), name
 
 
 def test_every_docs_page_is_reachable_from_the_readme():
@@ -192,13 +241,21 @@ def test_every_docs_page_is_reachable_from_the_readme():
     assert pages - linked == set(), f"docs pages the README never links: {sorted(pages - linked)}"
 
 
-def test_the_readme_results_table_is_the_rendered_one():
-    """The README's results table is a copy of ``summary.md``, which ``python -m
-    harness.budget render`` writes from the committed results: no hand arithmetic."""
-    rendered = [line for line in text(ROOT / "results" / "bible_budget" / "summary.md").splitlines()
-                if line.startswith("|")]
-    assert rendered and "\n".join(rendered) in text(ROOT / "README.md"), \
-        "copy the table of results/bible_budget/summary.md into the README's results section"
+def test_each_number_of_the_readme_table_is_in_its_rows_summary_row():
+    """Each row of the README's table (rendered from the records by ``python -m
+    harness.readme_table``; ``tests/test_readme_table.py`` renders it again) states numbers of
+    the same model's row of ``summary.md``, the full table rendered from the same records."""
+    summary = {}
+    for line in text(BUDGET / "summary.md").splitlines():
+        if line.startswith("| "):
+            summary[line.split(" | ")[0]] = {m for m in DECIMAL.findall(line)}
+    missing = []
+    for row in readme_table()[2:]:
+        key = row.split(" | ")[0]
+        assert key in summary, f"README table row {key!r} is not a row of summary.md"
+        missing += [f"{key}: {n}" for n in DECIMAL.findall(row) if n not in summary[key]
+                    and n.lstrip("+-") not in {x.lstrip("+-") for x in summary[key]}]
+    assert not missing, "\n".join(missing)
 
 
 def decimals(body: str):
@@ -207,11 +264,12 @@ def decimals(body: str):
 
 
 def test_the_readmes_headline_numbers_are_their_homes():
-    """Every decimal number of the README's findings (the prose under its rendered table) is a
-    number of the rendered files, at the README's precision and with its sign: rounded, never
-    computed by hand (a difference or ratio the render does not print has no home)."""
-    section = text(ROOT / "README.md").split("## What was measured", 1)[1].split("\n## ", 1)[0]
-    prose = "\n".join(line for line in section.splitlines() if not line.startswith("|"))
+    """Every decimal number of the README's findings ("Which to pick" and the prose of "What
+    was measured", around its rendered table) is a number of the rendered files, at the
+    README's precision and with its sign: rounded, never computed by hand (a difference or
+    ratio the render does not print has no home)."""
+    sections = readme_section("Which to pick") + readme_section("What was measured")
+    prose = "\n".join(line for line in sections.splitlines() if not line.startswith("|"))
     home = [value for page in HEADLINE_HOMES for _, value, _ in decimals(text(page))]
     orphans = [written for written, value, places in decimals(prose)
                if not any(abs(h - value) <= 0.5 * 10 ** -places + 1e-9 and (h < 0) == (value < 0)

@@ -1,6 +1,7 @@
-"""The second install route of the README: ``pip install -e .[export]`` into a fresh virtual
-environment that already holds torch and fairseq gives every console script, and fairseq-train
-takes the plug-in with ``--user-dir`` (issue 23, item 3). Slow: ``pytest -m slow``."""
+"""The second install route of the README: the wheel built from the checkout (``pip install
+.[export]``) into a fresh virtual environment that already holds torch and fairseq holds the
+plug-in alone (no harness), gives every console script, and fairseq-train takes the installed
+plug-in with ``--user-dir`` (issues 23 and 54). Slow: ``pytest -m slow``."""
 
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def test_pyproject_declares_every_console_script_with_a_main():
 
 
 @pytest.mark.slow
-def test_pip_install_e_into_an_environment_holding_torch_and_fairseq(tmp_path, tmp_path_factory):
+def test_the_wheel_installs_into_an_environment_holding_torch_and_fairseq(tmp_path, tmp_path_factory):
     base_venv = Path(sys.executable).parent.parent
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "check_install.sh"), str(tmp_path),
@@ -41,5 +42,6 @@ def test_pip_install_e_into_an_environment_holding_torch_and_fairseq(tmp_path, t
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "[check_install] ok" in output
+    assert "the wheel holds: fairseq_shared fairseq_shared-0.1.0.dist-info\n" in output
     assert "console scripts: " + " ".join(f"fairseq-shared-{s}" for s in SCRIPTS) in output
     assert "2 updates of a shared model" in output

@@ -19,7 +19,7 @@ import argparse
 import json
 import logging
 
-from fairseq_shared.checkpoint_io import refuse_overwrite
+from fairseq_shared.checkpoint_io import refuse_overwrite, write_text
 from fairseq_shared.cli.errors import command
 from fairseq_shared.san.policy import PolicyError
 from fairseq_shared.sharing.assignment import SharingConfigError
@@ -47,8 +47,7 @@ def main(argv=None):
     except (library.ConversionError, SharingConfigError, PolicyError) as e:
         p.error(str(e))
     if a.report:
-        with open(a.report, "w") as f:
-            json.dump(report, f, indent=1)
+        write_text(a.report, json.dumps(report, indent=1))
     print(library.format_report(report["stacks"]))
     print(f"wrote {a.checkpoint_out}; fine-tune it with: --arch shared_transformer "
           f"{report['flags']}")

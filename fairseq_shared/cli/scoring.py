@@ -6,6 +6,7 @@ import json
 import sys
 
 from fairseq_shared import scoring as library
+from fairseq_shared.checkpoint_io import write_text
 
 
 def _read(path):
@@ -34,14 +35,12 @@ def main(argv=None):
     if args.detok_lang:
         hyps = library.detokenize(hyps, args.detok_lang)
     if args.hyp_out:
-        with open(args.hyp_out, "w", encoding="utf-8") as f:
-            f.writelines(h + "\n" for h in hyps)
+        write_text(args.hyp_out, "".join(h + "\n" for h in hyps))
     result = library.score(hyps, [_read(r) for r in args.ref], lowercase=args.lowercase)
     print(result["bleu_verbose"])
     print(f"chrF2 = {result['chrf']:.2f}  {result['chrf_signature']}")
     if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_text(args.json_out, json.dumps(result, indent=1))
     return 0
 
 

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from fairseq_shared.data import pipeline
 from fairseq_shared.errors import printable, printable_data
 
 THRESHOLDS = (50, 60, 70, 80, 90)
@@ -288,12 +289,12 @@ def write_report(report: Dict, out_dir) -> Dict[str, str]:
     slim = {**report, "splits": {s: {k: v for k, v in r.items() if k != "lookup_hypotheses"}
                                  for s, r in report["splits"].items()}}
     # a path that is not UTF-8 (its bytes read as surrogates) is written escaped, as \xff
-    (out / "audit.json").write_text(
-        json.dumps(printable_data(slim), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "audit.md").write_text(printable(render_markdown(report)), encoding="utf-8")
+    pipeline.write_text(out / "audit.json",
+                        json.dumps(printable_data(slim), indent=1, ensure_ascii=False) + "\n")
+    pipeline.write_text(out / "audit.md", printable(render_markdown(report)))
     for split, r in report["splits"].items():
-        (out / f"lookup.{split}.{report['tgt']}").write_text(
-            "".join(h + "\n" for h in r["lookup_hypotheses"]), encoding="utf-8")
+        pipeline.write_text(out / f"lookup.{split}.{report['tgt']}",
+                            "".join(h + "\n" for h in r["lookup_hypotheses"]))
     return {"json": str(out / "audit.json"), "md": str(out / "audit.md")}
 
 

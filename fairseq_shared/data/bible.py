@@ -177,7 +177,7 @@ def build(out, vocab_size=8000, test_books=TEST_BOOKS, valid_books=VALID_BOOKS, 
     def do_extract():
         pairs, stats = extract_pairs(books, sword_path)
         write_tsv(tsv, pairs)
-        extract_stats.write_text(json.dumps(stats, indent=1))
+        pipeline.write_text(extract_stats, json.dumps(stats, indent=1))
 
     stages.run("extract", [tsv, extract_stats], do_extract,
                params={"books": books, "modules": [SRC_MODULE, TGT_MODULE], "version": 4})
@@ -187,7 +187,7 @@ def build(out, vocab_size=8000, test_books=TEST_BOOKS, valid_books=VALID_BOOKS, 
 
     def do_split():
         splits, removed = decontaminate(split_pairs(read_tsv(tsv), test_books, valid_books))
-        (out / "decontamination.json").write_text(json.dumps(removed, indent=1) + "\n")
+        pipeline.write_text(out / "decontamination.json", json.dumps(removed, indent=1) + "\n")
         log(f"train: dropped {removed['duplicate_pairs_dropped']} repeated pairs and "
             f"{removed['near_duplicates_removed']} near-duplicates of valid/test "
             f"(chrF >= {removed['threshold_chrf']})")
@@ -238,8 +238,8 @@ def build(out, vocab_size=8000, test_books=TEST_BOOKS, valid_books=VALID_BOOKS, 
                do_binarize, after=["encode"])
 
     stats = corpus_stats(out, test_books, valid_books, vocab_size)
-    (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
-    (out / "README.md").write_text(readme_text(stats))
+    pipeline.write_text(out / "stats.json", json.dumps(stats, indent=1) + "\n")
+    pipeline.write_text(out / "README.md", readme_text(stats))
     log(f"corpus ready in {out}: " + ", ".join(
         f"{s} {stats['splits'][s]['pairs']}" for s in SPLITS))
     return stats

@@ -22,7 +22,6 @@ become ``<unk>``), and the audit numbers the corpus carries.
 
 import hashlib
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -193,10 +192,10 @@ def build(bible, out) -> dict:
         (out / "raw").mkdir(exist_ok=True)
         for s in SPLITS:
             for x in (LANG, "ids"):
-                shutil.copyfile(bible / "raw" / f"{s}.{x}", out / "raw" / f"{s}.{x}")
+                pipeline.copy_file(bible / "raw" / f"{s}.{x}", out / "raw" / f"{s}.{x}")
         for name in AUDIT_FILES:
             if (bible / name).exists():
-                shutil.copyfile(bible / name, out / name)
+                pipeline.copy_file(bible / name, out / name)
 
     raw_files = [out / "raw" / f"{s}.{x}" for s in SPLITS for x in (LANG, "ids")]
     stages.run("copy", raw_files + [out / "audit.json"], do_copy,
@@ -215,18 +214,20 @@ def build(bible, out) -> dict:
     bin_dir = out / "bin"
 
     def do_binarize():
-        tmp = out / "bin.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        pipeline.run_cmd(preprocess_command(out / "tok", tmp))
-        shutil.rmtree(bin_dir, ignore_errors=True)
-        tmp.replace(bin_dir)
+        tmp = pipeline.fresh_dir_beside(bin_dir, "preprocess")
+        try:
+            pipeline.run_cmd(preprocess_command(out / "tok", tmp))
+        except BaseException:
+            pipeline.remove(tmp)
+            raise
+        pipeline.replace_dir(tmp, bin_dir)
 
     stages.run("binarize", [bin_dir / "dict.txt"] + [bin_dir / f"{s}.bin" for s in SPLITS],
                do_binarize, after=["encode"])
 
     stats = corpus_stats(bible, out, held_out)
-    (out / "stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(readme_text(stats), encoding="utf-8")
+    pipeline.write_text(out / "stats.json", json.dumps(stats, indent=1) + "\n")
+    pipeline.write_text(out / "README.md", readme_text(stats))
     log("LM corpus ready in {}: {}".format(out, ", ".join(
         f"{s} {e['lines']} verses / {e['scored_tokens']} tokens"
         for s, e in stats["splits"].items())))

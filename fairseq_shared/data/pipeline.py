@@ -1,6 +1,12 @@
 """Pieces shared by the Bible corpus and the recipes: restartable stages, sentencepiece,
 fairseq-preprocess, line-oriented file helpers.
 
+Every file is written under a fresh temporary name beside it and then renamed into place
+(``write_text``, ``copy_file`` and :func:`write_lines` through ``checkpoint_io.atomic_write``; a
+directory made by ``mkdir``, :func:`fresh_dir_beside`), so a killed run leaves the old file or
+the new one, a symlink planted at a temporary name is never written through, and a full disk
+names the path.
+
 A stage is skipped when its done-marker exists, records the same parameters, and all its
 outputs exist; otherwise the marker is removed, the stage runs, its outputs are checked and the
 marker is written last, so a run killed in the middle of a stage redoes that stage only.
@@ -9,9 +15,12 @@ marker is written last, so a run killed in the middle of a stage redoes that sta
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
+
+from fairseq_shared.checkpoint_io import atomic_write, copy_file, write_text  # noqa: F401 (the data builders' writers)
 
 
 def log(msg):
@@ -86,10 +95,8 @@ class Stages:
         if missing:
             raise RuntimeError(f"stage {name} did not produce {missing}")
         self.marker_dir.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"fingerprint": fp, "params": params,
-                                   "seconds": round(time.time() - t0, 1)}, default=str))
-        tmp.replace(marker)
+        write_text(marker, json.dumps({"fingerprint": fp, "params": params,
+                                       "seconds": round(time.time() - t0, 1)}, default=str))
         log(f"stage {name}: done in {time.time() - t0:.1f}s")
         return True
 
@@ -109,14 +116,36 @@ def read_lines(path):
 
 
 def write_lines(path, lines):
-    """Write atomically (tmp + rename) so a killed run leaves no half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    """One line per item of ``lines`` (a newline inside one becomes a space), through
+    ``checkpoint_io.atomic_write``, streamed: a killed run leaves no half-written file."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+    def write(f):
         for line in lines:
-            f.write(line.replace("\n", " ") + "\n")
-    tmp.replace(path)
+            f.write((line.replace("\n", " ") + "\n").encode("utf-8"))
+
+    atomic_write(str(path), write)
+
+
+def fresh_dir_beside(path, job):
+    """A new empty directory beside ``path``, ``.NAME.JOB``, after removing what an
+    interrupted run left there (a link is removed, never followed). ``mkdir`` creates it, so
+    anything that takes the name meanwhile is an error, never written through; the name is
+    fixed so that files that record their path (sentencepiece's model) come out the same."""
+    path = Path(path)
+    fresh = path.with_name(f".{path.name}.{job}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove(fresh)
+    fresh.mkdir()
+    return fresh
+
+
+def remove(path):
+    """Remove the file or directory ``path``, never following a link."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
 
 
 def count_lines(path):
@@ -132,8 +161,8 @@ def train_sentencepiece(inputs, model_prefix, vocab_size, model_type="unigram",
     import sentencepiece as spm
 
     model_prefix = Path(model_prefix)
-    model_prefix.parent.mkdir(parents=True, exist_ok=True)
-    tmp_prefix = model_prefix.with_name(model_prefix.name + ".tmp")
+    tmp_dir = fresh_dir_beside(model_prefix, "spm")
+    tmp_prefix = tmp_dir / model_prefix.name
     spm.SentencePieceTrainer.train(
         input=",".join(str(i) for i in inputs),
         model_prefix=str(tmp_prefix),
@@ -150,6 +179,7 @@ def train_sentencepiece(inputs, model_prefix, vocab_size, model_type="unigram",
     )
     for ext in ("model", "vocab"):
         Path(f"{tmp_prefix}.{ext}").replace(f"{model_prefix}.{ext}")
+    tmp_dir.rmdir()
 
 
 def spm_encode_file(model, src, dst):
@@ -172,13 +202,33 @@ class _DropNamespace:
 
 def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=None,
                        joined=True, srcdict=None, extra=(), in_process=True):
-    """``fairseq-preprocess`` (one worker) into ``destdir``, written to a temp dir first."""
+    """``fairseq-preprocess`` (one worker) into ``destdir``, written into a fresh directory
+    beside it first (:func:`fresh_dir_beside`) that then replaces it; an ``OSError`` that
+    names no file (a full disk) is raised naming ``destdir``."""
     destdir = Path(destdir)
-    tmp = destdir.with_name(destdir.name + ".tmp")
-    if tmp.exists():
-        import shutil
+    tmp = fresh_dir_beside(destdir, "preprocess")
+    try:
+        _preprocess(src, tgt, trainpref, tmp, validpref, testpref, joined, srcdict, extra,
+                    in_process)
+    except OSError as e:
+        remove(tmp)
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, f"{e.strerror or e} (fairseq-preprocess)", str(destdir)) from e
+    except BaseException:
+        remove(tmp)
+        raise
+    replace_dir(tmp, destdir)
 
-        shutil.rmtree(tmp)
+
+def replace_dir(fresh, path):
+    """Put the directory ``fresh`` (:func:`fresh_dir_beside`) in the place of ``path``."""
+    remove(path)
+    Path(fresh).replace(path)
+
+
+def _preprocess(src, tgt, trainpref, tmp, validpref, testpref, joined, srcdict, extra,
+                in_process):
     args = ["--source-lang", src, "--target-lang", tgt,
             "--trainpref", trainpref, "--destdir", tmp, "--workers", "1"]
     if validpref:
@@ -207,8 +257,3 @@ def fairseq_preprocess(src, tgt, trainpref, destdir, validpref=None, testpref=No
         from fairseq_shared.fairseq_commands import fairseq_tool
 
         run_cmd(fairseq_tool("preprocess") + args)
-    if destdir.exists():
-        import shutil
-
-        shutil.rmtree(destdir)
-    tmp.replace(destdir)

@@ -108,7 +108,7 @@ def evaluate(task, work, checkpoint=None):
     for name, subset in subsets.items():
         lenpen = task.lenpen.get(name, 1.0)
         proc = pipeline.run_cmd(generate_command(task, work, subset, lenpen, checkpoint))
-        (out_dir / f"{name}.generate.txt").write_text(proc.stdout)
+        pipeline.write_text(out_dir / f"{name}.generate.txt", proc.stdout)
         hyps = postprocess_hypotheses(task, scoring.extract_hypotheses(proc.stdout.splitlines()))
         write_lines(out_dir / f"{name}.hyp.{task.tgt}", hyps)
         refs = [read_lines(p) for p in sorted((work / "raw").glob(f"{name}.ref*.{task.tgt}"))]
@@ -116,5 +116,5 @@ def evaluate(task, work, checkpoint=None):
         res.update(lenpen=lenpen, checkpoint=str(checkpoint))
         results[name] = res
         log(f"{task.name} {name}: {res['bleu_verbose']} | chrF2 {res['chrf']}")
-    (out_dir / "scores.json").write_text(json.dumps(results, indent=1))
+    pipeline.write_text(out_dir / "scores.json", json.dumps(results, indent=1))
     return results

@@ -26,14 +26,17 @@ IWSLT model size (transformer_*_iwslt_de_en) and NIST's separate vocabularies.
 """
 
 import html
+import io
 import json
 import os
 import re
+import shutil
 import tarfile
 import urllib.request
 import zipfile
 from pathlib import Path
 
+from fairseq_shared.checkpoint_io import CheckpointError, atomic_write
 from fairseq_shared.data import pipeline
 from fairseq_shared.data.pipeline import log, read_lines, write_lines
 from fairseq_shared.data.tasks import NEWSTEST, TASKS, Task  # noqa: F401  (the catalogue)
@@ -108,13 +111,12 @@ def fetch(task, work):
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             log(f"downloading {url}")
-            tmp = target.with_suffix(".part")
             try:
-                urllib.request.urlretrieve(url, tmp)
-            except OSError as e:
+                with urllib.request.urlopen(url) as response:
+                    atomic_write(str(target), lambda f: shutil.copyfileobj(response, f))
+            except (OSError, CheckpointError) as e:
                 raise SystemExit(f"cannot download {url} ({e}). Without internet, set "
                                  f"{task.env} to a folder with the unpacked files.") from e
-            tmp.replace(target)
         log(f"unpacking {target.name}")
         if zipfile.is_zipfile(target):
             zipfile.ZipFile(target).extractall(orig)
@@ -260,14 +262,17 @@ def learn_and_apply_bpe(task, work):
     from subword_nmt.learn_bpe import learn_bpe
 
     joint = bpe / "train.joint.tmp"
-    with open(joint, "w", encoding="utf-8") as f:
-        for l in langs:
-            f.writelines(x + "\n" for x in read_lines(tok / f"train.{l}"))
+    write_lines(joint, (x for l in langs for x in read_lines(tok / f"train.{l}")))
     codes = bpe / "codes"
-    with open(joint, encoding="utf-8") as fin, open(codes.with_suffix(".tmp"), "w",
-                                                      encoding="utf-8") as fout:
-        learn_bpe(fin, fout, task.bpe_merges)
-    codes.with_suffix(".tmp").replace(codes)
+
+    def write_codes(f):
+        text = io.TextIOWrapper(f, encoding="utf-8")
+        with open(joint, encoding="utf-8") as fin:
+            learn_bpe(fin, text, task.bpe_merges)
+        text.flush()
+        text.detach()  # leaves f open for atomic_write
+
+    atomic_write(str(codes), write_codes)
     joint.unlink()
     with open(codes, encoding="utf-8") as f:
         applier = BPE(f)
@@ -286,7 +291,7 @@ def binarize(task, work):
         task.src, task.tgt, text / "train", work / "bin", validpref=text / "valid",
         testpref=[text / name for name in task.test], joined=task.prep != "spm")
     # which binarized test subset is which test set
-    (work / "bin" / "test_sets.json").write_text(json.dumps(
+    pipeline.write_text(work / "bin" / "test_sets.json", json.dumps(
         {name: ("test" if i == 0 else f"test{i}") for i, name in enumerate(task.test)}, indent=1))
 
 

@@ -10,9 +10,8 @@ is not a multiple of 8 (fairseq's default ``--required-batch-size-multiple``).
 
 import os
 import random
-import subprocess
 
-from fairseq_shared.fairseq_commands import fairseq_tool
+from fairseq_shared.data import pipeline
 
 ES = "uno dos tres cuatro cinco seis siete ocho nueve diez casa perro gato agua sol luna " \
      "dios tierra cielo hombre mujer rey dijo dia noche".split()
@@ -43,40 +42,32 @@ def build_toy_corpus(out: str, seed: int = 1, vocab_size: int = 80) -> str:
     rng = random.Random(seed)
     raw = os.path.join(out, "raw")
     spmdir = os.path.join(out, "spm")
-    os.makedirs(raw, exist_ok=True)
-    os.makedirs(spmdir, exist_ok=True)
     data = {split: _sentences(n, rng) for split, n in SIZES.items()}
     for split, pairs in data.items():
         for j, lang in enumerate(("es", "en")):
-            with open(os.path.join(raw, f"{split}.{lang}"), "w", encoding="utf-8") as f:
-                f.write("".join(p[j] + "\n" for p in pairs))
+            pipeline.write_lines(os.path.join(raw, f"{split}.{lang}"), (p[j] for p in pairs))
     joint = os.path.join(spmdir, "joint.txt")
-    with open(joint, "w", encoding="utf-8") as f:
-        for es, en in data["train"]:
-            f.write(es + "\n" + en + "\n")
+    pipeline.write_lines(joint, (s for pair in data["train"] for s in pair))
+    fresh = pipeline.fresh_dir_beside(os.path.join(out, "spm.model"), "spm")
     spm.SentencePieceTrainer.train(
-        input=joint, model_prefix=os.path.join(out, "spm"), vocab_size=vocab_size,
+        input=joint, model_prefix=os.path.join(fresh, "spm"), vocab_size=vocab_size,
         character_coverage=1.0, model_type="unigram", minloglevel=2,
     )
+    for ext in ("model", "vocab"):
+        os.replace(os.path.join(fresh, f"spm.{ext}"), os.path.join(out, f"spm.{ext}"))
+    os.rmdir(fresh)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "spm.model"))
     for split in SIZES:
         for lang in ("es", "en"):
-            with open(os.path.join(raw, f"{split}.{lang}"), encoding="utf-8") as f:
-                lines = [line.rstrip("\n") for line in f]
-            with open(os.path.join(spmdir, f"{split}.{lang}"), "w", encoding="utf-8") as f:
-                f.write("".join(" ".join(sp.encode(l, out_type=str)) + "\n" for l in lines))
-    subprocess.run(
-        fairseq_tool("preprocess") + [
-            "--source-lang", "es", "--target-lang", "en",
-            "--trainpref", os.path.join(spmdir, "train"),
-            "--validpref", os.path.join(spmdir, "valid"),
-            "--testpref", os.path.join(spmdir, "test"),
-            "--destdir", os.path.join(out, "bin"), "--joined-dictionary", "--workers", "1",
-        ],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+            pipeline.spm_encode_file(os.path.join(out, "spm.model"),
+                                     os.path.join(raw, f"{split}.{lang}"),
+                                     os.path.join(spmdir, f"{split}.{lang}"))
+    pipeline.fairseq_preprocess(
+        "es", "en", os.path.join(spmdir, "train"), os.path.join(out, "bin"),
+        validpref=os.path.join(spmdir, "valid"), testpref=os.path.join(spmdir, "test"),
+        joined=True, in_process=False)
     from fairseq_shared.data import audit
 
     audit.write_report(audit.audit_corpus(raw, k=3), out)
-    open(done, "w").close()
+    pipeline.write_text(done, "")
     return out

@@ -2,25 +2,33 @@
 :class:`DistillError` line naming the flag or file and what is allowed, raised before any
 decoding.
 
-* :func:`check_settings`: the decoding and shard settings in range.
+* :func:`check_settings`: the decoding, shard and thread settings in range.
 * :func:`check_output`: ``--out`` neither holds an input (a teacher checkpoint, the corpus)
-  nor anything but this distillation's own files (another teacher's, other settings', or
-  files that are no distillation's).
+  nor anything but this distillation's own files (another teacher's, another corpus's, other
+  settings', or files that are no distillation's). Teachers and corpus are compared by their
+  sha256, not their paths, so that a moved ``--out`` (or teacher) resumes.
+* :func:`locked`: the lock a run holds on its ``--out`` (a second run into it is refused).
 * :func:`check_dictionaries`: the corpus's dictionaries are the ones each teacher was trained
   with (the files its training directory still holds, and its embedding rows).
+* :func:`check_finite`: a teacher's weights are finite.
 """
 
+import contextlib
 import hashlib
 import json
 import math
 import os
-from typing import Dict, List
+import re
+from typing import Dict, Iterator, List, Optional
 
 from fairseq_shared.errors import FairseqSharedError
+from fairseq_shared.locks import held
 
 #: What a distillation writes into ``--out``; anything else there is refused, but for hidden
 #: names (the temporaries of atomic writes and of the teacher's export).
 OWN_FILES = ("state.json", "manifest.json", "shards", "text", "bin", "bin.tmp", "teacher_export")
+#: The lock a run holds on its ``--out`` (hidden: not one of the files above).
+LOCK = ".lock"
 
 
 class DistillError(FairseqSharedError):
@@ -35,8 +43,19 @@ def sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+#: The files of a binarized corpus that a distillation reads (its dictionaries and splits).
+CORPUS_FILES = re.compile(r"dict\..+\.txt|(train|valid|test)\d*\..+\.(bin|idx)")
+
+
+def corpus_hashes(corpus_bin: str) -> Dict[str, str]:
+    """``{name: sha256}`` of the binarized corpus's dictionaries and splits: what a
+    distillation is of, whatever path the corpus has."""
+    return {name: sha256(os.path.join(corpus_bin, name)) for name in sorted(os.listdir(corpus_bin))
+            if CORPUS_FILES.fullmatch(name) and os.path.isfile(os.path.join(corpus_bin, name))}
+
+
 def check_settings(beam: int, lenpen: float, max_len_a: float, max_len_b: int, batch_size: int,
-                   shard_size: int, check_sentences: int) -> None:
+                   shard_size: int, check_sentences: int, threads: int = 1) -> None:
     checks = [
         ("--beam", beam, beam >= 1, "an integer >= 1"),
         ("--lenpen", lenpen, math.isfinite(lenpen), "a finite number"),
@@ -46,6 +65,7 @@ def check_settings(beam: int, lenpen: float, max_len_a: float, max_len_b: int, b
         ("--batch-size", batch_size, batch_size >= 1, "an integer >= 1"),
         ("--shard-size", shard_size, shard_size >= 1, "an integer >= 1"),
         ("--check-sentences", check_sentences, check_sentences >= 1, "an integer >= 1"),
+        ("--threads", threads, threads >= 1, "an integer >= 1"),
     ]
     for flag, value, ok, allowed in checks:
         if not ok:
@@ -57,18 +77,22 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def check_output(out: str, inputs: Dict[str, str], state: Dict) -> None:
-    """Refuse an ``out`` that holds one of ``inputs`` ({what: path}), or files of another
-    distillation (its ``state.json`` differs from ``state`` in teacher or settings), or
-    files that are not a distillation's."""
+def check_inputs(out: str, inputs: Dict[str, str]) -> None:
+    """Refuse an ``out`` that holds one of ``inputs`` ({what: path})."""
     for what, path in inputs.items():
         if _inside(path, out):
             raise DistillError(f"--out {out} holds the input {what} {path}; write the "
                                "distillation to another directory")
+
+
+def check_output(out: str, plan: Dict) -> Optional[Dict]:
+    """The ``state.json`` of the distillation that ``out`` holds (None: ``out`` is new or
+    empty, but for hidden names), refused when it is another teacher's (by sha256), another
+    corpus's or of other settings, or when ``out`` holds files that are not a distillation's."""
     if not os.path.isdir(out):
-        return
-    found = sorted(os.listdir(out))
-    foreign = [n for n in found if n not in OWN_FILES and not n.startswith(".")]
+        return None
+    found = sorted(n for n in os.listdir(out) if not n.startswith("."))
+    foreign = [n for n in found if n not in OWN_FILES]
     if foreign:
         raise DistillError(f"--out {out} holds files that are not a distillation's "
                            f"({', '.join(foreign[:3])}); use a new or empty directory")
@@ -77,19 +101,61 @@ def check_output(out: str, inputs: Dict[str, str], state: Dict) -> None:
         if found:
             raise DistillError(f"--out {out} holds a distillation's files without its "
                                "state.json (not resumable); remove it or use another directory")
-        return
-    with open(path) as f:
-        earlier = json.load(f)
-    if earlier.get("teachers") != state["teachers"]:
-        theirs = ", ".join(f"{t['path']} (sha256 {t['sha256'][:12]})"
-                           for t in earlier.get("teachers", []))
-        raise DistillError(f"--out {out} holds another teacher's distillation ({theirs}); "
+        return None
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+        theirs = [t["sha256"] for t in earlier["teachers"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DistillError(f"{path}: not a distillation's state ({type(e).__name__}); remove "
+                           f"--out {out} or use another directory")
+    if theirs != [t["sha256"] for t in plan["teachers"]]:
+        named = ", ".join(f"{os.path.normpath(os.path.join(out, t.get('path', '?')))} "
+                          f"(sha256 {t['sha256'][:12]})" for t in earlier["teachers"])
+        raise DistillError(f"--out {out} holds another teacher's distillation ({named}); "
                            "use another directory for this teacher")
-    changed = sorted(k for k in state if k != "teachers" and earlier.get(k) != state[k])
+    corpus = earlier.get("corpus_sha256")
+    if corpus is not None and corpus != plan["corpus_sha256"]:
+        changed = sorted(n for n in set(corpus) | set(plan["corpus_sha256"])
+                         if corpus.get(n) != plan["corpus_sha256"].get(n))
+        raise DistillError(f"--out {out} holds a distillation of another corpus than --data "
+                           f"{plan['corpus']} (or of it before it was rebuilt: "
+                           f"{', '.join(changed[:3])} differ); use another directory")
+    changed = sorted(k for k in plan if k not in ("teachers", "corpus", "corpus_sha256")
+                     and earlier.get(k) != plan[k])
     if changed:
         was = ", ".join(f"{k} {earlier.get(k)!r}" for k in changed)
         raise DistillError(f"--out {out} holds a distillation of this teacher with other "
                            f"settings ({was}); use another directory or the same settings")
+    return earlier
+
+
+@contextlib.contextmanager
+def locked(out: str) -> Iterator[None]:
+    """Hold the lock ``out/.lock`` (created with ``out``), or raise :class:`DistillError`
+    when another run holds it (:func:`fairseq_shared.locks.held`)."""
+    path = os.path.join(out, LOCK)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise DistillError(f"--out {out}: cannot create it: {e.strerror or e}")
+    with held(path, f"--out {out}", f"--out {out}: another distill run is writing into it (it "
+              f"holds {path}); wait for it to finish, or use another directory", DistillError):
+        yield
+
+
+def check_finite(path: str, model_state: Dict) -> None:
+    """Refuse a teacher whose floating-point weights hold a NaN or an infinity, naming the
+    tensor (its translations would be garbage, or decoding would stop with a traceback)."""
+    import torch
+
+    for name, value in model_state.items():
+        if torch.is_tensor(value) and value.is_floating_point() and value.numel():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                raise DistillError(f"teacher {path}: {name} holds {bad} non-finite value(s) "
+                                   "(NaN or infinity: a corrupt file or a diverged model); "
+                                   "distil with a checkpoint whose weights are finite")
 
 
 def _symbols(path: str) -> List[str]:
@@ -98,10 +164,12 @@ def _symbols(path: str) -> List[str]:
 
 
 def check_dictionaries(teacher: str, trained_on: str, corpus_bin: str, sizes: Dict[str, int],
-                       model_state: Dict) -> None:
+                       model_state: Dict, given: bool = False) -> None:
     """Each dictionary of ``corpus_bin`` ({file name: symbols as the task loaded it}) equals
-    the one in ``trained_on`` (the teacher's training data directory, when it still exists),
-    and the teacher's embeddings have one row per symbol."""
+    the one in ``trained_on`` (the teacher's training data directory; ``given``: named by
+    ``--trained-on``), and the teacher's embeddings have one row per symbol. A dictionary
+    that ``trained_on`` no longer holds is refused: another corpus's dictionary of the same
+    size would pass the row count and distil garbage."""
     names = list(sizes)
     for name in names:
         ours = os.path.join(corpus_bin, name)
@@ -109,7 +177,16 @@ def check_dictionaries(teacher: str, trained_on: str, corpus_bin: str, sizes: Di
             raise DistillError(f"--data {corpus_bin}: no {name} (the teacher {teacher} needs "
                                "the dictionaries of the corpus it was trained on)")
         theirs = os.path.join(str(trained_on or ""), name)
-        if trained_on and os.path.exists(theirs) and not same_content(ours, theirs):
+        if not os.path.isfile(theirs):
+            if given:
+                raise DistillError(f"--trained-on {trained_on}: no {name} (the directory of "
+                                   f"the dictionaries {teacher} was trained with)")
+            raise DistillError(
+                f"{teacher}: its training data directory {trained_on or '(none recorded)'} no "
+                f"longer holds {name}, so --data {corpus_bin}'s cannot be checked against it; "
+                "pass --trained-on DIR, the directory that holds its dictionaries now (--data's "
+                "own, if it is the teacher's corpus)")
+        if not same_content(ours, theirs):
             a, b = _symbols(ours), _symbols(theirs)
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             raise DistillError(

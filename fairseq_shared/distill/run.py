@@ -11,8 +11,12 @@ length limit, as ``fairseq-generate --batch-size 1`` gives it.
 
 ``--out`` holds:
 
-* ``state.json``: the teachers (path, sha256), the corpus, the settings and the engine,
-  written before the first shard; a resumed run reads the engine from it;
+* ``.lock``: held by the run for its whole length, so that a second run into the same
+  ``--out`` is refused (:func:`~fairseq_shared.distill.checks.locked`);
+* ``state.json``: the teachers (sha256, path relative to ``--out``), the corpus (the sha256
+  of its files), the settings, written before anything else, and the engine once chosen
+  (with the sha256 of the teacher's export it checked); a resumed run reads the engine from
+  it and re-checks the export against it;
 * ``teacher_export/``: the CTranslate2 export and its check (when it passed);
 * ``shards/train.NNNNN.txt``: ``id<TAB>hypothesis`` for the training sentences
   ``[N * shard_size, (N + 1) * shard_size)``, each written atomically when its shard is done,
@@ -22,13 +26,15 @@ length limit, as ``fairseq-generate --batch-size 1`` gives it.
   copied, real references kept;
 * ``manifest.json``, written last: the command, teachers, engine and settings, the sentences
   skipped for a source longer than the teacher's positions, and the teacher's valid BLEU.
+
+Every file is written under a fresh temporary name and renamed into place, so a run killed at
+any moment (the teacher's export included) resumes with the same command.
 """
 
 import glob
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -48,16 +54,14 @@ class Teacher:
     task: object
     sha256: List[str]
 
-    def describe(self) -> List[Dict]:
-        return [{"path": os.path.abspath(p), "sha256": s} for p, s in zip(self.paths, self.sha256)]
-
     def max_source_positions(self) -> int:
         return min(int(m.max_positions()[0]) for m in self.models)
 
 
-def load_teacher(paths: Sequence[str], corpus_bin: str) -> Teacher:
+def load_teacher(paths: Sequence[str], corpus_bin: str, trained_on: Optional[str] = None) -> Teacher:
     """Each checkpoint of ``paths`` (a translation model of the plug-in) with the task of
-    ``corpus_bin``, refused with one line when the corpus's dictionaries are not its own."""
+    ``corpus_bin``, refused with one line when the corpus's dictionaries are not the ones in
+    its training data directory (``trained_on``: where they are now, when it moved)."""
     from fairseq_shared.models import architectures
     from fairseq_shared.tools.checkpoints import Takes, refuse
 
@@ -65,15 +69,17 @@ def load_teacher(paths: Sequence[str], corpus_bin: str) -> Teacher:
     models, task, hashes = [], None, []
     for path in paths:
         state = checkpoint_io.load(path, expect="translation", tool="distill")
+        checks.check_finite(path, state["model"])
         cfg = state["cfg"]
         refuse(cfg.model, takes)
-        trained_on = str(getattr(cfg.task, "data", "") or "").split(os.pathsep)[0]
+        recorded = str(getattr(cfg.task, "data", "") or "").split(os.pathsep)[0]
         cfg.task.data = corpus_bin
         own = checkpoint_io.setup_task(cfg.task, path, corpus_bin)
         src, tgt = own.cfg.source_lang, own.cfg.target_lang
-        checks.check_dictionaries(path, trained_on, corpus_bin, {
+        checks.check_dictionaries(path, trained_on or recorded, corpus_bin, {
             f"dict.{src}.txt": len(own.source_dictionary),
-            f"dict.{tgt}.txt": len(own.target_dictionary)}, state["model"])
+            f"dict.{tgt}.txt": len(own.target_dictionary)}, state["model"],
+            given=trained_on is not None)
         model = own.build_model(cfg.model)
         model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         models.append(model.eval())
@@ -83,19 +89,25 @@ def load_teacher(paths: Sequence[str], corpus_bin: str) -> Teacher:
 
 
 # ---------------------------------------------------------------------------- the engine
+EXPORT = "teacher_export"
+
+
 def choose_engine(teacher: Teacher, corpus_bin: str, out: str, settings: Dict,
                   check_sentences: int, threads: int) -> Dict:
-    """``{"engine": "ct2" | "fairseq", "reason": ..., "ct2_dir": ...}`` by the module's rule."""
+    """``{"engine": "ct2" | "fairseq", "reason": ..., "export_sha256": ...}`` by the module's
+    rule (``export_sha256``: :func:`decoding_files` of the export that passed the check)."""
     from fairseq_shared.export.api import export
     from fairseq_shared.export.plain import ExportError
 
     if len(teacher.paths) > 1:
         return {"engine": "fairseq", "reason": f"an ensemble of {len(teacher.paths)} "
                 "checkpoints (CTranslate2 decodes one model)"}
-    target = os.path.join(out, "teacher_export")
+    target = os.path.join(out, EXPORT)
     try:
+        # force: the directory is the run's own (its --out is locked and holds nothing else),
+        # whatever a killed or corrupted export left in it
         report = export(teacher.paths[0], target, ct2=True, data=corpus_bin, subset="valid",
-                        sentences=check_sentences, threads=threads, **settings)
+                        sentences=check_sentences, threads=threads, force=True, **settings)
     except ExportError as e:
         return {"engine": "fairseq", "reason": f"the teacher does not export: {e}"}
     except ValueError as e:  # a check sentence longer than the teacher's positions
@@ -105,13 +117,43 @@ def choose_engine(teacher: Teacher, corpus_bin: str, out: str, settings: Dict,
         return {"engine": "fairseq", "reason": f"the CTranslate2 export failed its check on "
                 f"{check_sentences} valid sentences (max |diff| {check['max_abs_diff']:.2g} per "
                 f"token > {check['tolerance']:g})"}
-    return {"engine": "ct2", "ct2_dir": os.path.join(target, "ct2"),
+    return {"engine": "ct2", "export_sha256": decoding_files(target),
             "reason": f"the CTranslate2 export passed its check on {check['sentences']} valid "
             f"sentences (max |diff| {check['max_abs_diff']:.2g} per token; searches identical on "
             f"{check['search']['identical']})"}
 
 
-def decoder(teacher: Teacher, engine: Dict, settings: Dict, batch_size: int, threads: int):
+def decoding_files(export_dir: str) -> Dict[str, str]:
+    """``{path: sha256}`` of the CTranslate2 model of ``export_dir`` (``ct2/``), the files
+    that decode (the export's plain checkpoint differs from one export to the next)."""
+    from fairseq_shared.export.directory import file_hashes
+
+    return file_hashes(os.path.join(export_dir, "ct2"))
+
+
+def reuse_engine(teacher: Teacher, engine: Dict, corpus_bin: str, out: str, settings: Dict,
+                 check_sentences: int, threads: int) -> Dict:
+    """The engine ``state.json`` recorded, its export re-checked: files that differ from the
+    ones that passed the check (a corrupted or replaced export, or a run killed before it
+    recorded them) are exported and checked again, and must come out the same."""
+    if engine.get("engine") != "ct2":
+        return engine
+    target = os.path.join(out, EXPORT)
+    if os.path.isdir(target) and decoding_files(target) == engine.get("export_sha256"):
+        return engine
+    log(f"{target}: not the export that passed the check; exporting the teacher again")
+    again = choose_engine(teacher, corpus_bin, out, settings, check_sentences, threads)
+    recorded = engine.get("export_sha256")  # None: a state.json of an earlier version
+    if again["engine"] != "ct2" or recorded is not None and again["export_sha256"] != recorded:
+        raise checks.DistillError(
+            f"--out {out}: the teacher's export {target} changed since its shards were decoded, "
+            f"and exporting it again gives other files ({again['reason']}); distil into a new "
+            "--out")
+    return again
+
+
+def decoder(teacher: Teacher, engine: Dict, out: str, settings: Dict, batch_size: int,
+            threads: int):
     """``decode(dataset, ids) -> {id: target ids without EOS}`` with ``engine``."""
     import torch
 
@@ -122,7 +164,7 @@ def decoder(teacher: Teacher, engine: Dict, settings: Dict, batch_size: int, thr
         from fairseq_shared.export.ct2 import CT2Decoder, source_limit
 
         model = teacher.models[0]
-        ct2 = CT2Decoder(engine["ct2_dir"], teacher.task.source_dictionary,
+        ct2 = CT2Decoder(os.path.join(out, EXPORT, "ct2"), teacher.task.source_dictionary,
                          teacher.task.target_dictionary, threads=threads,
                          max_source_positions=source_limit(model))
 
@@ -194,7 +236,7 @@ def assemble(teacher: Teacher, dataset, out: str, corpus_bin: str) -> int:
     held_out = re.compile(r"(valid|test)\d*\.")
     for name in sorted(os.listdir(corpus_bin)):
         if held_out.match(name):
-            shutil.copy2(os.path.join(corpus_bin, name), os.path.join(out, "bin", name))
+            checkpoint_io.copy_file(os.path.join(corpus_bin, name), os.path.join(out, "bin", name))
     return len(pairs)
 
 
@@ -217,59 +259,68 @@ def valid_bleu(teacher: Teacher, decode, post: str) -> Dict:
 def distill(teachers: Sequence[str], data: str, out: Optional[str] = None,
             settings: Optional[Dict] = None, batch_size: int = 64, shard_size: int = 1000,
             check_sentences: int = 20, threads: int = 1, post: str = "auto",
-            command: str = "") -> Dict:
+            command: str = "", trained_on: Optional[str] = None) -> Dict:
     """Distil ``data``'s training split with ``teachers`` into ``out`` (default:
-    ``<corpus>/distilled``); returns the manifest. Resumes a killed run."""
+    ``<corpus>/distilled``); returns the manifest. Resumes a killed run. ``trained_on``: the
+    directory that holds the teachers' dictionaries now, when their training data moved."""
     from fairseq_shared.timing.session import resolve_data
 
     settings = {**DEFAULTS, **(settings or {})}
     checks.check_settings(batch_size=batch_size, shard_size=shard_size,
-                          check_sentences=check_sentences, **settings)
+                          check_sentences=check_sentences, threads=threads, **settings)
     corpus_bin, root = resolve_data(data)
     out = os.path.abspath(out or os.path.join(root or os.path.dirname(corpus_bin), "distilled"))
     if post == "auto":
         post = "sentencepiece" if root and os.path.exists(os.path.join(root, "spm.model")) else "none"
+    checks.check_inputs(out, {**{f"teacher {p}": p for p in teachers}, "--data": corpus_bin})
+    for path in teachers:
+        checkpoint_io.check_readable(path)
     hashes = [{"path": os.path.abspath(p), "sha256": checks.sha256(p)}
               for p in teachers if os.path.isfile(p)]
-    plan = {"teachers": hashes, "corpus": corpus_bin, "settings": settings,
-            "batch_size": batch_size, "shard_size": shard_size}
-    inputs = {**{f"teacher {p}": p for p in teachers}, "--data": corpus_bin}
-    checks.check_output(out, inputs, plan)
-    manifest_path = os.path.join(out, "manifest.json")
-    if os.path.exists(manifest_path):
-        log(f"{out}: done already ({manifest_path})")
-        with open(manifest_path) as f:
-            return json.load(f)
-    teacher = load_teacher(teachers, corpus_bin)
-    state_path = os.path.join(out, "state.json")
-    os.makedirs(out, exist_ok=True)
-    if os.path.exists(state_path):
-        with open(state_path) as f:
-            engine = json.load(f)["engine"]
-    else:
-        engine = choose_engine(teacher, corpus_bin, out, settings, check_sentences, threads)
-        _write_json(state_path, {**plan, "engine": engine})
-    log(f"engine: {engine['engine']} ({engine['reason']})")
-    decode = decoder(teacher, engine, settings, batch_size, threads)
-    teacher.task.load_dataset("train")
-    dataset = teacher.task.dataset("train")
-    limit = teacher.max_source_positions()
-    keep = [i for i in range(len(dataset)) if int(dataset.src_sizes[i]) <= limit]
-    decode_shards(teacher, dataset, decode, out, shard_size, keep)
-    sentences = assemble(teacher, dataset, out, corpus_bin)
-    manifest = {"command": command, "teachers": hashes, "engine": engine["engine"],
-                "engine_reason": engine["reason"], "settings": settings,
-                "batch_size": batch_size, "shard_size": shard_size, "corpus": corpus_bin,
-                "bin": os.path.join(out, "bin"), "train_sentences": len(dataset),
-                "distilled_sentences": sentences,
-                # pins the corpus: students compared across seeds and machines must have
-                # trained on the same targets (budget's corpus snapshot checks it)
-                "train_sha256": checks.sha256(os.path.join(
-                    out, "text", f"train.{teacher.task.cfg.target_lang}")),
-                "skipped_source_too_long": {"sentences": len(dataset) - len(keep),
-                                            "max_source_positions": limit},
-                "teacher_valid": valid_bleu(teacher, decode, post)}
-    _write_json(manifest_path, manifest)
+    plan = {"teachers": [{**t, "path": os.path.relpath(t["path"], out)} for t in hashes],
+            "corpus": corpus_bin, "corpus_sha256": checks.corpus_hashes(corpus_bin),
+            "settings": settings, "batch_size": batch_size, "shard_size": shard_size}
+    checks.check_output(out, plan)  # before the lock creates --out
+    teacher = load_teacher(teachers, corpus_bin, trained_on)  # before "done already"
+    with checks.locked(out):
+        state = checks.check_output(out, plan)  # again: another run may have written it
+        manifest_path = os.path.join(out, "manifest.json")
+        if state is not None and os.path.exists(manifest_path):
+            log(f"{out}: done already ({manifest_path})")
+            with open(manifest_path) as f:
+                return json.load(f)
+        state_path = os.path.join(out, "state.json")
+        if state is None:  # written first: whatever a kill leaves beside it is resumable
+            state = {**plan, "engine": None}
+            _write_json(state_path, state)
+        if state.get("engine") is None:
+            engine = choose_engine(teacher, corpus_bin, out, settings, check_sentences, threads)
+        else:
+            engine = reuse_engine(teacher, state["engine"], corpus_bin, out, settings,
+                                  check_sentences, threads)
+        if engine != state.get("engine"):
+            _write_json(state_path, {**state, "engine": engine})
+        log(f"engine: {engine['engine']} ({engine['reason']})")
+        decode = decoder(teacher, engine, out, settings, batch_size, threads)
+        teacher.task.load_dataset("train")
+        dataset = teacher.task.dataset("train")
+        limit = teacher.max_source_positions()
+        keep = [i for i in range(len(dataset)) if int(dataset.src_sizes[i]) <= limit]
+        decode_shards(teacher, dataset, decode, out, shard_size, keep)
+        sentences = assemble(teacher, dataset, out, corpus_bin)
+        manifest = {"command": command, "teachers": hashes, "engine": engine["engine"],
+                    "engine_reason": engine["reason"], "settings": settings,
+                    "batch_size": batch_size, "shard_size": shard_size, "corpus": corpus_bin,
+                    "bin": os.path.join(out, "bin"), "train_sentences": len(dataset),
+                    "distilled_sentences": sentences,
+                    # pins the corpus: students compared across seeds and machines must have
+                    # trained on the same targets (budget's corpus snapshot checks it)
+                    "train_sha256": checks.sha256(os.path.join(
+                        out, "text", f"train.{teacher.task.cfg.target_lang}")),
+                    "skipped_source_too_long": {"sentences": len(dataset) - len(keep),
+                                                "max_source_positions": limit},
+                    "teacher_valid": valid_bleu(teacher, decode, post)}
+        _write_json(manifest_path, manifest)
     return manifest
 
 

@@ -11,7 +11,6 @@ into the same ``--out`` refuse. ``export.json`` vouches for the files by their s
 """
 
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -21,6 +20,7 @@ import tempfile
 from typing import Dict, Iterator
 
 from fairseq_shared.export.plain import ExportError
+from fairseq_shared.locks import held
 
 REPORT = "export.json"
 _STAGING = ".export-staging-"
@@ -74,20 +74,9 @@ def locked(out_dir: str) -> Iterator[None]:
     """Hold the lock of ``out_dir``, or raise :class:`ExportError` when another export holds
     it (a kernel lock: released when its holder dies)."""
     path = _beside(out_dir, _LOCK)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        raise ExportError(f"--out {out_dir}: cannot create its lock {path}: "
-                          f"{e.strerror or e}")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ExportError(f"--out {out_dir}: another export into it is running (it holds "
-                              f"{path}); wait for it to finish, or choose another --out")
+    with held(path, f"--out {out_dir}", f"--out {out_dir}: another export into it is running "
+              f"(it holds {path}); wait for it to finish, or choose another --out", ExportError):
         yield
-    finally:
-        os.close(fd)
 
 
 def file_hashes(directory: str) -> Dict[str, str]:

@@ -2,10 +2,12 @@
 ``results.json`` and ``hyp.<model>.txt``."""
 
 import csv
+import io
 import json
 import os
 from typing import Dict, List
 
+from fairseq_shared.checkpoint_io import write_text
 from fairseq_shared.errors import printable, printable_data
 from fairseq_shared.markdown import fmt
 from fairseq_shared.timing.results import BenchmarkReport
@@ -87,22 +89,21 @@ def write_report(report: BenchmarkReport, out_dir: str, prefix: str = "results",
     length limit, rows per decoder step, output lengths)."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {k: os.path.join(out_dir, f"{prefix}.{k}") for k in ("md", "csv", "json")}
-    with open(paths["md"], "w", encoding="utf-8") as f:
-        f.write(printable(markdown_table(report)))  # a path that is not UTF-8: escaped, \xff
-    with open(paths["csv"], "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS + ["settings"])
-        w.writeheader()
-        for r in report.rows():
-            w.writerow(printable_data({**{k: r[k] for k in CSV_FIELDS},
-                                       "settings": json.dumps(report.settings)}))
-    with open(paths["json"] + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(printable_data(report.to_json()), f, indent=2, default=str)
-    os.replace(paths["json"] + ".tmp", paths["json"])
+    # a path that is not UTF-8: escaped, \xff
+    write_text(paths["md"], printable(markdown_table(report)))
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=CSV_FIELDS + ["settings"])
+    w.writeheader()
+    for r in report.rows():
+        w.writerow(printable_data({**{k: r[k] for k in CSV_FIELDS},
+                                   "settings": json.dumps(report.settings)}))
+    write_text(paths["csv"], table.getvalue())
+    write_text(paths["json"], json.dumps(printable_data(report.to_json()), indent=2, default=str))
     for m in report.models:
-        with open(os.path.join(out_dir, f"hyp.{m.name}.txt"), "w", encoding="utf-8") as f:
-            f.write("".join(h + "\n" for h in m.hypotheses))
+        write_text(os.path.join(out_dir, f"hyp.{m.name}.txt"),
+                   "".join(h + "\n" for h in m.hypotheses))
         if trace and m.batch_trace:
             paths[f"trace.{m.name}"] = os.path.join(out_dir, f"trace.{m.name}.json")
-            with open(paths[f"trace.{m.name}"], "w", encoding="utf-8") as f:
-                json.dump({"model": m.name, "batches": m.batch_trace}, f)
+            write_text(paths[f"trace.{m.name}"],
+                       json.dumps({"model": m.name, "batches": m.batch_trace}))
     return paths

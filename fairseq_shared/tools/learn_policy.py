@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from fairseq_shared import checkpoint_io
+from fairseq_shared.checkpoint_io import write_text
 from fairseq_shared.models.architectures import MODEL
 from fairseq_shared.san.attention import is_follower
 from fairseq_shared.san.policy import format_policy, group_layers, pairwise_js_sums
@@ -224,7 +225,9 @@ def plot(js: Dict[str, torch.Tensor], path: str, title: str = "") -> None:
     fig.colorbar(im, ax=list(axes), shrink=0.8, label="JS divergence (log2)")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    kind = os.path.splitext(path)[1][1:] or "png"
+    checkpoint_io.atomic_write(path, lambda f: fig.savefig(f, format=kind, dpi=120,
+                                                           bbox_inches="tight"))
     plt.close(fig)
 
 
@@ -254,17 +257,14 @@ def learn_policy(checkpoint: str, out_dir: str, data: Optional[str] = None, subs
     }
     if sweep_thetas:
         record["sweep"] = sweep(js, sweep_thetas)
-        with open(os.path.join(out_dir, "sweep.md"), "w") as f:
-            f.write(format_sweep(record["sweep"]) + "\n")
-    with open(os.path.join(out_dir, "policy.json"), "w") as f:
-        json.dump(record, f, indent=1)
+        write_text(os.path.join(out_dir, "sweep.md"), format_sweep(record["sweep"]) + "\n")
+    write_text(os.path.join(out_dir, "policy.json"), json.dumps(record, indent=1))
     flags = []
     if "self" in policy:
         flags += ["--san-self-policy", format_policy(policy["self"])]
     if "cross" in policy:
         flags += ["--san-cross-policy", format_policy(policy["cross"])]
-    with open(os.path.join(out_dir, "policy.txt"), "w") as f:
-        f.write(" ".join(flags) + "\n")
+    write_text(os.path.join(out_dir, "policy.txt"), " ".join(flags) + "\n")
     plot(js, os.path.join(out_dir, "similarity.png"),
          title=f"{os.path.basename(os.path.dirname(os.path.abspath(checkpoint)))}: "
          f"policy self {record['policy'].get('self')} cross {record['policy'].get('cross')} "

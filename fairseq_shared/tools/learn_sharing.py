@@ -40,6 +40,7 @@ from typing import Dict, Iterable, List, Optional
 import torch
 
 from fairseq_shared import checkpoint_io
+from fairseq_shared.checkpoint_io import write_text
 from fairseq_shared.models.architectures import MODEL
 from fairseq_shared.sharing.flags import STACKS
 from fairseq_shared.tools import layer_similarity as ls
@@ -185,7 +186,9 @@ def plot(matrices: Dict[str, Dict[str, torch.Tensor]], patterns, measure: str, p
             fig.colorbar(im, ax=ax, shrink=0.8)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    kind = os.path.splitext(path)[1][1:] or "png"
+    checkpoint_io.atomic_write(path, lambda f: fig.savefig(f, format=kind, dpi=120,
+                                                           bbox_inches="tight"))
     plt.close(fig)
 
 
@@ -240,10 +243,8 @@ def learn_sharing(checkpoint: str, out_dir: str, data: Optional[str] = None,
         },
     }
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "sharing.json"), "w") as f:
-        json.dump(record, f, indent=1)
-    with open(os.path.join(out_dir, "sharing.txt"), "w") as f:
-        f.write(flags + "\n")
+    write_text(os.path.join(out_dir, "sharing.json"), json.dumps(record, indent=1))
+    write_text(os.path.join(out_dir, "sharing.txt"), flags + "\n")
     setting = f"M={sets}" if sets is not None else f"T={threshold}"
     plot(matrices, patterns, measure, os.path.join(out_dir, "similarity.png"),
          title=f"{os.path.basename(checkpoint)}: {measure}, {setting}; {flags}")

@@ -22,10 +22,10 @@ counter and learning-rate schedule continue. Everything is logged to ``DIR/learn
 import json
 import logging
 import os
-import shutil
 import subprocess
 from typing import List, Optional
 
+from fairseq_shared.checkpoint_io import atomic_write, copy_file, write_text
 from fairseq_shared.fairseq_commands import fairseq_command
 from fairseq_shared.san.policy import format_policy, no_sharing
 from fairseq_shared.tools.convert_policy import convert_checkpoint
@@ -54,8 +54,10 @@ def train(data: str, save_dir: str, flags: List[str], policy, max_update: int,
     if restore:
         cmd += ["--restore-file", restore, "--reset-optimizer"]
     logger.info("$ " + " ".join(cmd))
-    with open(log_path, "w") as log:
-        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    runs = []  # the log is kept whether the training fails or not
+    atomic_write(log_path, lambda log: runs.append(
+        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)))
+    runs[0].check_returncode()
     ckpt = os.path.join(save_dir, "checkpoint_last.pt")
     if not os.path.exists(ckpt):
         raise RuntimeError(f"fairseq-train wrote no {ckpt}; see {log_path}")
@@ -100,7 +102,7 @@ def learn_to_share(data: str, work_dir: str, train_flags: List[str], round_updat
     os.makedirs(final_dir, exist_ok=True)
     if restore and restore.endswith("checkpoint_last.pt"):
         # same policy: continue from it (optimizer state included)
-        shutil.copy(restore, os.path.join(final_dir, "checkpoint_last.pt"))
+        copy_file(restore, os.path.join(final_dir, "checkpoint_last.pt"))
         restore_final = None
     else:
         restore_final = restore
@@ -110,6 +112,5 @@ def learn_to_share(data: str, work_dir: str, train_flags: List[str], round_updat
     result = {"converged": converged, "rounds": history,
               "final_policy": {k: format_policy(v) for k, v in policy.items()},
               "final_checkpoint": ckpt, "theta": theta, "similarity": similarity}
-    with open(os.path.join(work_dir, "learn_to_share.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_text(os.path.join(work_dir, "learn_to_share.json"), json.dumps(result, indent=1))
     return result
