@@ -108,7 +108,7 @@ def render(results: str) -> List[str]:
     :func:`harness.budget_report.render` reads them for ``summary.md``."""
     from fairseq_shared.data.pipeline import read_lines
     from harness import budget_report, frontier_report
-    from harness.budget_findings import comparisons, training_data
+    from harness.budget_findings import comparisons, row_record
     from harness.budget_long import LONG, LONG_AT, with_long_seeds
     from harness.budget_summary import ROWS, speed_cells
     import json
@@ -124,7 +124,7 @@ def render(results: str) -> List[str]:
     cells, _ = speed_cells(frontier,
                            frontier_report.later_runs(str(out / budget_report.LATER_FRONTIER)))
     first = {frontier_report.configuration(r["model"]) for r in frontier}
-    distilled = [n for n in finals if training_data(n) != "raw"]
+    distilled = [n for n in finals if row_record(n, {}, finals)["training_data"] != "raw"]
     return table(finals, versus, cells, distilled, lookup["bleu"] if lookup else None,
                  list(ROWS), ROWS, frontier_report.SHORT_ENGINES,
                  later=[n for n in cells if n not in first])
