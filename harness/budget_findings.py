@@ -2,13 +2,16 @@
 :func:`harness.budget_report.load` reads, with the statistics of
 :mod:`~harness.statistics`."""
 
+import dataclasses
 import statistics
 from typing import Dict, List, Optional, Tuple
 
 from harness.budget_curve import NAMES
+from harness.budget_long import LONG
 from harness.budget_summary import valid_losses
 from harness.configs import BASELINE
-from harness.statistics import compare, compare_bleu, fmt_difference, pooled_sd
+from harness.statistics import (POOLING_MARK, Pool, compare, compare_bleu, fmt_difference,
+                                pooled_sd)
 
 
 def row_names(*by_name: Dict) -> List[str]:
@@ -55,22 +58,37 @@ def describe(record: Dict):
     return record["label"], f"{record['N']}+{record['decoder_N']}"
 
 
-def method_note(pooled: Dict) -> str:
-    """How the tables' differences were computed, with the pooled seed sds they used."""
-    def sd(key, spec):
-        value, df = pooled[key]
-        return f"{value:{spec}} ({df} degrees of freedom)" if value is not None else "none yet"
+def method_note(pools: "Pools") -> str:
+    """How the tables' differences were computed, with the pooled seed sds they used and over
+    which rows each was pooled."""
+    def sd(metric, spec):
+        parts = [f"{group} rows ({', '.join(pools.members[group])}): "
+                 + (f"{value:{spec}}, {df} degrees of freedom" if value is not None else "none yet")
+                 for group, (value, df) in sorted(pools.by_group[metric].items())]
+        return "; ".join(parts)
     return ("Differences between configurations (final models): the difference of the seed "
-            "means with a 95% t interval whose seed variance is pooled over every configuration "
-            f"(seed sd: BLEU {sd('bleu', '.2f')}, valid loss {sd('valid_loss', '.3f')} bits) "
-            "plus, for BLEU, the test-sampling variance of a paired sentence bootstrap (1,000 "
-            "resamples of the test sentences, the same for every model); \"not resolved\" where "
-            "the interval covers 0 (`harness/statistics.py`). The sentence "
-            "bootstrap between two single models of one seed (`tables.md`, last BLEU column) is "
-            "test sampling only, never a configuration's significance. Valid loss is compared "
-            "only between configurations trained on the same targets: a distilled student's is "
-            "its likelihood of the real references after training on the teacher's outputs, "
-            "which distillation raises while it raises BLEU, so its rows compare by BLEU and chrF.")
+            "means with a 95% t interval whose seed variance is pooled over the configurations "
+            "that are alike: trained on the same targets with one recipe, the corpus's "
+            "references (raw) or a teacher's outputs (distilled). A distilled student's seeds "
+            "vary less (its targets are one teacher's, not the references), so it is pooled "
+            "apart, and a difference across the two pools carries each side's own variance "
+            "(Welch-Satterthwaite degrees of freedom). Seed sd of BLEU: "
+            f"{sd('bleu', '.2f')}. Seed sd of valid loss (bits): {sd('valid_loss', '.3f')}. "
+            f"{POOLING_MARK} marks a verdict that turns (resolved to not, or back) when the seed "
+            "sd is instead pooled over every row, alike or not, or when both sides of a "
+            "difference across two pools are given the larger pool's sd (as if the distilled "
+            "student varied like the rows trained on the references): such a verdict rests on "
+            "the pooling, and no finding is drawn from it. For BLEU the interval adds the "
+            "test-sampling variance of a paired sentence bootstrap (1,000 resamples of the test "
+            "sentences, the same for every model): how far the difference of the two seed means "
+            "would move on another test set of this size drawn like this one, which the seeds, "
+            "all scored on one test set, do not show. \"not resolved\" where the interval "
+            "covers 0 (`harness/statistics.py`). The sentence bootstrap between two single "
+            "models of one seed (`tables.md`, last BLEU column) is test sampling only, never a "
+            "configuration's significance. Valid loss is compared only between configurations "
+            "trained on the same targets: a distilled student's is its likelihood of the real "
+            "references after training on the teacher's outputs, which distillation raises "
+            "while it raises BLEU, so its rows compare by BLEU and chrF.")
 
 
 #: the comparisons whose crossover the tables state: (unshared baseline, shared configuration)
@@ -135,6 +153,32 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
     return lines + [""] if len(lines) > 2 else []
 
 
+def long_bleu_lines(long_stages, results: str, refs: List[str]) -> List[str]:
+    """Each crossover pair's averaged test BLEU at the furthest milestone every kept seed of both
+    reached in ``long/`` (:func:`furthest_seeds`), with its 95% interval: the seed sd pooled over
+    the pair's own long runs (no other rows were trained that long) plus test sampling."""
+    lines = []
+    for base, shared in CROSSOVER_PAIRS:
+        if base not in long_stages or shared not in long_stages:
+            continue
+        kept = {n: furthest_seeds(long_stages[n]) for n in (base, shared)}
+        at = min(max(long_stages[n][s]) for n in kept for s in kept[n])
+        side = {n: [{"test": {"bleu": long_stages[n][s][at]["average"]["test"]["bleu"],
+                              "hypotheses": f"{LONG}/"
+                              f"{long_stages[n][s][at]['average']['test']['hypotheses']}"}}
+                    for s in kept[n] if long_stages[n][s].get(at, {}).get("average")]
+                for n in (base, shared)}
+        if not all(side.values()):
+            continue
+        pool = pooled_sd([[r["test"]["bleu"] for r in side[n]] for n in (base, shared)])
+        gap = compare_bleu(side[base], side[shared], pool, results, refs)
+        lines.append(f"- {shared} against {base}, averaged test BLEU at {at:,} updates: "
+                     f"{fmt_difference(gap, seed_counts=False)} ({len(side[shared])} vs "
+                     f"{len(side[base])} seeds; seed sd {pool[0]:.2f} pooled over these two "
+                     f"rows, {pool[1]} degrees of freedom, and test sampling).")
+    return lines + [""] if lines else []
+
+
 def equal_size_line(base: str, shared: str, int8_mb: Dict[str, float]) -> str:
     """Size does not change with training, so two models of the same int8 size compare at
     equal size exactly as at equal updates; of different sizes, no pair of equal size was
@@ -156,17 +200,57 @@ def _bits(d) -> str:
             else f"{fmt_difference(d, '+.3f', seed_counts=False)} bits")
 
 
+@dataclasses.dataclass(frozen=True)
+class Pools:
+    """The seed sds of a table's final models: ``by_group[metric][group]`` pooled over the
+    configurations of one group of alike rows (``training_data`` of their records),
+    ``every_row[metric]`` over all of them (the pooling a verdict is checked against);
+    ``group[name]`` is a configuration's group, ``members[group]`` its configurations."""
+    by_group: Dict[str, Dict[str, Pool]]
+    every_row: Dict[str, Pool]
+    group: Dict[str, str]
+    members: Dict[str, List[str]]
+
+    def of(self, metric: str, name: str) -> Pool:
+        return self.by_group[metric][self.group[name]]
+
+
+def pooled_by_group(values: Dict[str, List[float]], group: Dict[str, str]) -> Dict[str, Pool]:
+    """{group: the seed sd pooled over that group's configurations} of ``values``
+    ({configuration: per-seed values})."""
+    return {g: pooled_sd([v for n, v in values.items() if group[n] == g])
+            for g in sorted(set(group[n] for n in values))}
+
+
+def pooled_comparison(metric: str, a: str, b: str, pools: Pools, compare_with) -> "Difference":
+    """``compare_with(pool_a, pool_b)`` under the pools of alike rows, marked where another
+    pooling turns its verdict: the seed sd pooled over every row, or, across two pools, both
+    sides given the larger pool's sd (so a verdict that rests on a low-variance group's
+    spread, a distilled student's, is marked)."""
+    pool_a, pool_b = pools.of(metric, a), pools.of(metric, b)
+    alike = compare_with(pool_a, pool_b)
+    others = [(pools.every_row[metric], None)]
+    if pool_a != pool_b and None not in (pool_a[0], pool_b[0]):
+        larger = max(pool_a, pool_b, key=lambda pool: pool[0])
+        others.append((larger, None))
+    turned = any(compare_with(*other).resolved != alike.resolved for other in others)
+    return dataclasses.replace(alike, depends_on_pooling=turned)
+
+
 def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE):
-    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}}, the
-    pooled seed sds): each configuration's final models against vanilla 3+3's and its own
-    unshared pair's (``pair`` in its records), BLEU counting seeds and test sampling, valid loss seeds."""
-    runs, losses, pooled = _pooled(finals)
+    """({configuration: {"bleu": Difference, "valid_loss": Difference, "pair": {...}}},
+    :class:`Pools`): each configuration's final models against vanilla 3+3's and its own
+    unshared pair's (``pair`` in its records), BLEU counting seeds and test sampling, valid
+    loss seeds, each with the seed sd of its rows' pools."""
+    runs, losses, pools = _pooled(finals)
 
     def versus(a: str, b: str) -> Dict:
-        out = {"bleu": compare_bleu(runs[a], runs[b], pooled["bleu"], results, refs)}
+        out = {"bleu": pooled_comparison("bleu", a, b, pools, lambda pa, pb: compare_bleu(
+            runs[a], runs[b], pa, results, refs, pb))}
         if (a in losses and b in losses
                 and runs[a][0]["training_data"] == runs[b][0]["training_data"]):
-            out["valid_loss"] = compare(losses[a], losses[b], pooled["valid_loss"])
+            out["valid_loss"] = pooled_comparison("valid_loss", a, b, pools, lambda pa, pb: compare(
+                losses[a], losses[b], pa, pooled_b=pb))
         return out
 
     out = {}
@@ -178,33 +262,40 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
         if pair in runs:
             label, layers = describe(runs[pair][0])
             out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
-    return out, pooled
+    return out, pools
 
 
 def _pooled(finals):
     """(each configuration's runs in seed order, its measured valid losses (where it has any),
-    the seed sds of BLEU and of valid loss pooled over every configuration)."""
+    :class:`Pools` of BLEU and valid loss)."""
     runs = {n: [by_seed[s] for s in sorted(by_seed)] for n, by_seed in finals.items()}
     losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
-    return runs, losses, {"bleu": pooled_sd([[r["test"]["bleu"] for r in rs]
-                                             for rs in runs.values()]),
-                          "valid_loss": pooled_sd(list(losses.values()))}
+    bleu = {n: [r["test"]["bleu"] for r in rs] for n, rs in runs.items()}
+    group = {n: rs[0]["training_data"] for n, rs in runs.items()}
+    members = {g: [n for n in runs if group[n] == g] for g in sorted(set(group.values()))}
+    return runs, losses, Pools(
+        by_group={"bleu": pooled_by_group(bleu, group),
+                  "valid_loss": pooled_by_group(losses, group)},
+        every_row={"bleu": pooled_sd(list(bleu.values())),
+                   "valid_loss": pooled_sd(list(losses.values()))},
+        group=group, members=members)
 
 
 def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
     """{"bleu"/"valid_loss": {"best": the configuration with the best mean, "set": every
     configuration not resolved worse than it}}: "best" as a set, not the maximum of noisy
     means (the same statistics as :func:`comparisons`)."""
-    runs, losses, pooled = _pooled(finals)
+    runs, losses, pools = _pooled(finals)
     bleu = {n: statistics.mean(r["test"]["bleu"] for r in rs) for n, rs in runs.items()}
     top = max(bleu, key=bleu.get)
     out = {"bleu": {"best": top, "set": [n for n in runs if n == top or not (
-        compare_bleu(runs[top], runs[n], pooled["bleu"], results, refs).hi or 0) < 0]}}
+        compare_bleu(runs[top], runs[n], pools.of("bleu", top), results, refs,
+                     pools.of("bleu", n)).hi or 0) < 0]}}
     raw = {n: v for n, v in losses.items() if runs[n][0]["training_data"] == "raw"}
     if raw:
         low = min(raw, key=lambda n: statistics.mean(raw[n]))
         out["valid_loss"] = {"best": low, "set": [n for n in raw if n == low or not (
-            compare(raw[low], raw[n], pooled["valid_loss"]).lo or 0) > 0],
+            compare(raw[low], raw[n], pools.of("valid_loss", low)).lo or 0) > 0],
             "left_out": sorted(set(losses) - set(raw))}
     return out
 

@@ -27,8 +27,8 @@ from fairseq_shared.data.pipeline import read_lines
 from harness import frontier_report
 from harness.budget_curve import NAMES
 from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best_sets,
-                                     comparisons, crossover_lines, describe, method_note,
-                                     row_names, row_record, valid_curve)
+                                     comparisons, crossover_lines, describe, long_bleu_lines,
+                                     method_note, row_names, row_record, valid_curve)
 from harness.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from harness.budget_summary import summary_table, valid_losses, versus_cell
 from harness.configs import BASELINES
@@ -289,11 +289,14 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     frontier = frontier_report.load_records(str(out / "frontier"))
     int8_mb = frontier_report.disk_mb(frontier_report.by_configuration(
         frontier_report.options(frontier)))
-    lines += crossover_lines(stages, cpu_per_update, pooled["valid_loss"], int8_mb=int8_mb)
+    lines += crossover_lines(stages, cpu_per_update, pooled.of("valid_loss", BASELINE),
+                             int8_mb=int8_mb)
     lines += averaging_lines(stages, finals)
     lines += long_lines(long_stages, load(results)[0], results)
-    lines += crossover_lines(long_stages, cpu_per_update, pooled["valid_loss"], int8_mb=int8_mb,
+    lines += crossover_lines(long_stages, cpu_per_update, pooled.of("valid_loss", BASELINE),
+                             int8_mb=int8_mb,
                              title="Crossover of valid loss to 16,000 updates, `long/` only")
+    lines += long_bleu_lines(long_stages, results, refs)
     if rates:
         lines += rate_table(rates, {n: describe(row_record(n, stages, finals))[1]
                                     for n in row_names(stages, finals)})

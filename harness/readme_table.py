@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from harness.statistics import (Difference, fmt_difference, markdown_row, markdown_table,
+from harness.statistics import (POOLING_MARK, Difference, fmt_difference, markdown_row, markdown_table,
                                 seed_summary)
 
 BEGIN = "<!-- results table: rendered by `python -m harness.readme_table` from the records; do not edit -->"
@@ -93,7 +93,10 @@ def table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict], cells: Di
     timed_later = [n for n in finals if n in later]
     return lines + ["", "Final models (the average of the last 5 checkpoints). Δ: the difference "
                     "of the seed means with its 95% interval (seeds, and test sampling for "
-                    "BLEU), \"not resolved\" where it covers 0. A distilled student's valid loss "
+                    "BLEU; the seed sd pooled over alike rows, distilled students apart), "
+                    "\"not resolved\" where it covers 0, "
+                    f"{POOLING_MARK} where another pooling turns the verdict (no finding is "
+                    "drawn from it). A distilled student's valid loss "
                     "is its likelihood of the real references after training on the teacher's "
                     "outputs, so it is stated, not compared. Speed: CPU tokens/s (one thread, "
                     "beam 4) over vanilla 3+3's eager fairseq at batch 1 / 32, in the engine "

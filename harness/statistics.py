@@ -7,9 +7,12 @@ table cells and rows, the loaders of committed run records and the two-panel cur
 
   - **seed variance**, as a t interval on the seed means. Every configuration here has one to
     three seeds, so a Welch interval per pair would have one or two degrees of freedom and say
-    nothing; the configurations share one recipe, so the seed variance is pooled over every
-    configuration of the table (:func:`pooled_sd`, its degrees of freedom the sum of each
-    configuration's seeds less one) and the interval is t with those degrees of freedom;
+    nothing; configurations that are alike (one recipe, the same training targets) share their
+    seed variance, so it is pooled over them (:func:`pooled_sd`, its degrees of freedom the sum
+    of each configuration's seeds less one). Rows that are not alike (a distilled student varies
+    less over seeds than a model trained on the references) are pooled apart, and a difference
+    across two pools carries each side's own variance with Welch-Satterthwaite's degrees of
+    freedom, so a low-variance group never narrows another group's interval;
   - **test-sampling variance**: the same comparison on another sample of test sentences. A
     paired sentence bootstrap (:func:`test_sampling_variance`: the same resampled sentences
     for every hypothesis file of both configurations, corpus BLEU from sacreBLEU's sufficient
@@ -74,28 +77,40 @@ def pooled_sd(groups: Sequence[Sequence[float]]) -> Tuple[Optional[float], int]:
     return (math.sqrt(ss / df), df) if df else (None, 0)
 
 
+#: (pooled seed sd, its degrees of freedom); (None, 0) where no configuration has two seeds
+Pool = Tuple[Optional[float], int]
+
+
 @dataclass(frozen=True)
 class Difference:
     delta: float  # mean(b) - mean(a)
     lo: Optional[float]  # None: no seed variance to count (no group with two seeds)
     hi: Optional[float]
     seeds: Tuple[int, int]
+    #: the verdict (resolved or not) differs when the seed sd is pooled another way
+    #: (:func:`harness.budget_findings.comparisons`: over every row, alike or not)
+    depends_on_pooling: bool = False
 
     @property
     def resolved(self) -> Optional[bool]:
         return None if self.lo is None else (self.lo > 0 or self.hi < 0)
 
 
-def compare(a: Sequence[float], b: Sequence[float], pooled: Tuple[Optional[float], int],
-            test_variance: float = 0.0) -> Difference:
-    """mean(b) - mean(a) with its 95% interval: the pooled seed variance over each
-    side's seed count plus ``test_variance`` (:func:`test_sampling_variance`), t with the
-    pooled degrees of freedom."""
-    sd, df = pooled
+def compare(a: Sequence[float], b: Sequence[float], pooled: Pool,
+            test_variance: float = 0.0, pooled_b: Optional[Pool] = None) -> Difference:
+    """mean(b) - mean(a) with its 95% interval: each side's seed variance over its seed count
+    plus ``test_variance`` (:func:`test_sampling_variance`). ``pooled`` is the seed sd of
+    ``a``'s pool and, unless ``pooled_b`` gives ``b``'s own, of ``b``'s too: one pool is t with
+    its degrees of freedom; two pools are Welch-Satterthwaite's over their degrees of freedom."""
+    pooled_b = pooled_b or pooled
+    (sd_a, df_a), (sd_b, df_b) = pooled, pooled_b
     delta = statistics.mean(b) - statistics.mean(a)
-    if sd is None:
+    if sd_a is None or sd_b is None:
         return Difference(delta, None, None, (len(a), len(b)))
-    half = t_quantile(df) * math.sqrt(sd ** 2 * (1 / len(a) + 1 / len(b)) + test_variance)
+    var_a, var_b = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
+    df = df_a if pooled_b == pooled else (
+        (var_a + var_b) ** 2 / (var_a ** 2 / df_a + var_b ** 2 / df_b))
+    half = t_quantile(df) * math.sqrt(var_a + var_b + test_variance)
     return Difference(delta, delta - half, delta + half, (len(a), len(b)))
 
 
@@ -175,16 +190,22 @@ def pending_line(label: str, columns: int) -> str:
     return f"| {label} | not run yet |" + " |" * (columns - 2)
 
 
+#: marks a verdict that another pooling of the seed sd would turn (the method note says which)
+POOLING_MARK = "†"
+
+
 def fmt_difference(d: Difference, spec: str = "+.2f", seed_counts: bool = True) -> str:
     """``-1.81 [-3.40, -0.22]``, or ``not resolved: +0.28 [-1.20, +1.76]`` where the
     interval covers 0; the seed counts where a side has one seed (unless the caller states
-    them, ``seed_counts=False``)."""
+    them, ``seed_counts=False``); :data:`POOLING_MARK` after a verdict that depends on the
+    pooling."""
     if d.lo is None:
         return f"{d.delta:{spec}} (no seed variance measured)"
     text = f"{d.delta:{spec}} [{d.lo:{spec}}, {d.hi:{spec}}]"
     if seed_counts and 1 in d.seeds:
         text += f" ({d.seeds[0]} vs {d.seeds[1]} seeds)"
-    return text if d.resolved else f"not resolved: {text}"
+    text = text if d.resolved else f"not resolved: {text}"
+    return f"{text} {POOLING_MARK}" if d.depends_on_pooling else text
 
 
 _STATS: Dict[Tuple[str, int], List[List[int]]] = {}
@@ -198,14 +219,22 @@ def hypothesis_stats(path: Path, refs: Sequence[str]) -> List[List[int]]:
     return _STATS[key]
 
 
-def compare_bleu(base: Sequence[Dict], runs: Sequence[Dict], pooled: Tuple[Optional[float], int],
-                 results: str, refs: Sequence[str]) -> Difference:
+_TEST_VARIANCE: Dict[Tuple, float] = {}
+
+
+def compare_bleu(base: Sequence[Dict], runs: Sequence[Dict], pooled: Pool, results: str,
+                 refs: Sequence[str], pooled_b: Optional[Pool] = None) -> Difference:
     """Two configurations' test BLEU (run records: ``test.bleu``, ``test.hypotheses`` under
-    ``results``), counting seeds and test sampling (:func:`compare`)."""
-    stats = [[hypothesis_stats(Path(results) / r["test"]["hypotheses"], refs) for r in side]
-             for side in (base, runs)]
+    ``results``), counting seeds and test sampling (:func:`compare`; the bootstrap is computed
+    once per pair of hypothesis sets, however many pools it is compared under)."""
+    paths = tuple(tuple(str(Path(results) / r["test"]["hypotheses"]) for r in side)
+                  for side in (base, runs))
+    key = (paths, hash(tuple(refs)))
+    if key not in _TEST_VARIANCE:
+        _TEST_VARIANCE[key] = test_sampling_variance(
+            *[[hypothesis_stats(Path(p), refs) for p in side] for side in paths])
     return compare([r["test"]["bleu"] for r in base], [r["test"]["bleu"] for r in runs], pooled,
-                   test_sampling_variance(*stats))
+                   _TEST_VARIANCE[key], pooled_b)
 
 
 def paired_by_seed(base: List[Dict], runs: List[Dict], results: str, refs: List[str]) -> List[Dict]:

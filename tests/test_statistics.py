@@ -74,3 +74,63 @@ def test_sentence_bootstrap_of_sacrebleus_statistics():
     assert 0.1 < var < 100
     with pytest.raises(ValueError):
         st.sentence_stats(good[:-1], refs)
+
+
+def test_a_difference_across_two_pools_carries_each_sides_variance_with_welch_df():
+    raw, distilled = (0.6, 11), (0.2, 3)
+    a, b = [30.0, 31.0, 29.0], [28.0, 28.4]
+    d = st.compare(a, b, raw, pooled_b=distilled)
+    var_a, var_b = 0.6 ** 2 / 3, 0.2 ** 2 / 2
+    df = (var_a + var_b) ** 2 / (var_a ** 2 / 11 + var_b ** 2 / 3)
+    assert d.hi - d.delta == pytest.approx(st.t_quantile(df) * (var_a + var_b) ** 0.5)
+    # one pool: the plain pooled t interval, as before
+    same = st.compare(a, b, raw)
+    assert same.hi - same.delta == pytest.approx(st.t_quantile(11) * 0.6 * (1 / 3 + 1 / 2) ** 0.5)
+
+
+def synthetic_finals(groups):
+    """{configuration: {seed: final record}} of synthetic BLEU and valid-loss scores."""
+    return {name: {seed: {"test": {"bleu": bleu}, "average_valid_loss": bleu / 10,
+                          "training_data": data, "label": name, "N": 3, "decoder_N": 3,
+                          "pair": None}
+                   for seed, bleu in enumerate(scores, 1)}
+            for name, (data, scores) in groups.items()}
+
+
+def test_a_low_variance_group_does_not_shrink_another_groups_interval():
+    from harness.budget_findings import _pooled
+
+    raw = {"vanilla": ("raw", [30.0, 31.2, 29.1]), "shared": ("raw", [29.0, 30.5, 28.2])}
+    students = {"student": ("distilled", [30.00, 30.02]), "student2": ("distilled", [28.0, 28.01])}
+    _, _, alone = _pooled(synthetic_finals(raw))
+    _, _, beside = _pooled(synthetic_finals({**raw, **students}))
+    assert beside.of("bleu", "shared") == alone.of("bleu", "shared")
+    assert beside.of("valid_loss", "vanilla") == alone.of("valid_loss", "vanilla")
+    # pooled over every row, as before, the students' spread would have narrowed it
+    assert beside.every_row["bleu"][0] < alone.of("bleu", "shared")[0] * 0.85
+    wide = st.compare([30.0, 31.2, 29.1], [29.0, 30.5, 28.2], beside.of("bleu", "shared"))
+    narrow = st.compare([30.0, 31.2, 29.1], [29.0, 30.5, 28.2], beside.every_row["bleu"])
+    assert wide.hi - wide.lo > narrow.hi - narrow.lo
+
+
+def test_a_verdict_that_another_pooling_turns_is_marked():
+    from harness.budget_findings import _pooled, pooled_comparison
+
+    finals = synthetic_finals({"vanilla": ("raw", [30.0, 31.4, 28.6]),
+                               "deeper": ("raw", [32.8, 34.0]),
+                               "student": ("distilled", [30.0, 30.02]),
+                               "student2": ("distilled", [25.0, 25.01])})
+    _, _, pools = _pooled(finals)
+    bleu = {n: [r["test"]["bleu"] for r in by_seed.values()] for n, by_seed in finals.items()}
+
+    def verdict(a, b):
+        return pooled_comparison("bleu", a, b, pools, lambda pa, pb: st.compare(
+            bleu[a], bleu[b], pa, pooled_b=pb))
+
+    d = verdict("vanilla", "deeper")  # resolved only with the students' spread pooled in
+    assert not d.resolved and d.depends_on_pooling
+    assert st.fmt_difference(d).endswith(st.POOLING_MARK)
+    assert st.compare(bleu["vanilla"], bleu["deeper"], pools.every_row["bleu"]).resolved
+    far = verdict("student2", "vanilla")  # resolved whichever way it is pooled
+    assert far.resolved and not far.depends_on_pooling
+    assert not st.fmt_difference(far).endswith(st.POOLING_MARK)
