@@ -10,14 +10,24 @@ import torch
 
 from helpers_data import ENV, TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, run_tool
 
-INTERVAL, TOTAL = 3, 6  # an interval checkpoint at update 3; the run ends at update 6
+# 9 updates an epoch: interval checkpoints at updates 4, 8 (epoch 1) and 12 (epoch 2, its
+# third batch), an end-of-epoch checkpoint1.pt at update 9; the run ends at update 14
+INTERVAL, TOTAL = 4, 14
+MID_EPOCH_2 = f"checkpoint_2_{3 * INTERVAL}.pt"
 TRAIN = [*TINY_ARCH, *TINY_TRAIN, "--max-tokens", "150", "--seed", "2",
-         "--save-interval-updates", str(INTERVAL),
-         "--no-epoch-checkpoints", "--max-update", str(TOTAL)]
+         "--save-interval-updates", str(INTERVAL), "--max-update", str(TOTAL)]
+#: fairseq's own transformer, of the same size, with the plug-in loaded
+STOCK = ["--user-dir", USER_DIR, "--arch", "transformer", "--share-all-embeddings",
+         *(f for side in ("encoder", "decoder") for f in (
+             f"--{side}-layers", "2", f"--{side}-embed-dim", "32",
+             f"--{side}-ffn-embed-dim", "64", f"--{side}-attention-heads", "2")),
+         "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
+         *TINY_TRAIN, "--max-tokens", "150", "--seed", "2",
+         "--save-interval-updates", str(INTERVAL), "--max-update", str(TOTAL)]
 
 
-def _train(data, save_dir, check=True):
-    return run_tool("fairseq-train", data, *TRAIN, "--save-dir", save_dir, check=check)
+def _train(data, save_dir, check=True, flags=TRAIN):
+    return run_tool("fairseq-train", data, *flags, "--save-dir", save_dir, check=check)
 
 
 def _valid_losses(log):
@@ -29,7 +39,7 @@ def uninterrupted(tmp_path_factory):
     data = data_bin(tmp_path_factory)
     save_dir = tmp_path_factory.mktemp("uninterrupted")
     _, log = _train(data, save_dir)
-    assert (save_dir / f"checkpoint_1_{INTERVAL}.pt").is_file()
+    assert (save_dir / MID_EPOCH_2).is_file() and (save_dir / "checkpoint1.pt").is_file()
     return data, save_dir, log
 
 
@@ -37,14 +47,21 @@ def _model(path):
     return torch.load(path, weights_only=True)["model"]
 
 
+def _assert_same_model(path, expected_path):
+    final, expected = _model(path), _model(expected_path)
+    assert final.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(final[name], tensor), name
+
+
 @pytest.mark.parametrize("torn", ["empty", "half", "missing"])
 def test_a_torn_checkpoint_last_resumes_from_the_newest_whole_one(uninterrupted, torn, tmp_path):
     """As a kill during fairseq's copy to checkpoint_last.pt leaves it: the interval
-    checkpoint whole, checkpoint_last.pt empty or cut short; or, as a full disk leaves it
-    (issue 38), missing. The resume restores the interval checkpoint, says so, and ends where
-    the uninterrupted run ended."""
+    checkpoint (in epoch 2) whole, checkpoint_last.pt empty or cut short; or, as a full disk
+    leaves it (issue 38), missing. The resume restores the interval checkpoint, says so, and
+    ends where the uninterrupted run ended, bit for bit."""
     data, done, log = uninterrupted
-    interval = tmp_path / f"checkpoint_1_{INTERVAL}.pt"
+    interval = tmp_path / MID_EPOCH_2
     shutil.copy(done / interval.name, interval)
     whole = interval.read_bytes()
     if torn != "missing":
@@ -55,14 +72,36 @@ def test_a_torn_checkpoint_last_resumes_from_the_newest_whole_one(uninterrupted,
                ": the checkpoint file is (empty|truncated).*")
     assert re.search(rf"checkpoint_last\.pt{problem}; resuming from {re.escape(str(interval))} "
                      "instead", resumed)
-    assert re.search(rf"[Ll]oaded checkpoint {re.escape(str(interval))} .*@ {INTERVAL} updates",
-                     resumed)
+    assert re.search(rf"[Ll]oaded checkpoint {re.escape(str(interval))} .*@ {3 * INTERVAL} "
+                     "updates", resumed)
     assert re.search(rf"num_updates {TOTAL}\b", resumed)
     assert _valid_losses(resumed)[-1] == _valid_losses(log)[-1]
-    final, expected = _model(tmp_path / "checkpoint_last.pt"), _model(done / "checkpoint_last.pt")
-    assert final.keys() == expected.keys()
-    for name, tensor in expected.items():
-        assert torch.equal(final[name], tensor), name
+    _assert_same_model(tmp_path / "checkpoint_last.pt", done / "checkpoint_last.pt")
+
+
+def test_a_resume_after_the_first_epoch_ends_bit_exact(uninterrupted, tmp_path):
+    """Issue 57: fairseq orders the examples of its batches with the seed of the epoch in which
+    it builds the iterator: an uninterrupted run builds it in epoch 1, a resume in the epoch it
+    resumes in, and trained on other batches from there (2 of 89 tensors of this transformer
+    equal after a resume in epoch 2). With the plug-in (compat 10) a resume from the end of
+    epoch 1 ends bit-exact where the uninterrupted run ends; the mid-epoch-2 resume is the
+    test above; and so does fairseq's own transformer, resumed in the middle of epoch 2."""
+    data, done, log = uninterrupted
+    shutil.copy(done / "checkpoint1.pt", tmp_path / "checkpoint_last.pt")
+    _, resumed = _train(data, tmp_path)
+    assert re.search(r"[Ll]oaded checkpoint .*checkpoint_last\.pt \(epoch 2 @ 9 updates\)",
+                     resumed)
+    assert _valid_losses(resumed)[-1] == _valid_losses(log)[-1]
+    _assert_same_model(tmp_path / "checkpoint_last.pt", done / "checkpoint_last.pt")
+
+    stock, resumed_stock = tmp_path / "stock", tmp_path / "stock_resumed"
+    _, stock_log = _train(data, stock, flags=STOCK)
+    resumed_stock.mkdir()
+    shutil.copy(stock / MID_EPOCH_2, resumed_stock / "checkpoint_last.pt")
+    _, resumed = _train(data, resumed_stock, flags=STOCK)
+    assert re.search(rf"@ {3 * INTERVAL} updates", resumed)
+    assert _valid_losses(resumed)[-1] == _valid_losses(stock_log)[-1]
+    _assert_same_model(resumed_stock / "checkpoint_last.pt", stock / "checkpoint_last.pt")
 
 
 def test_nothing_to_fall_back_to_and_an_explicit_restore_file_are_errors(uninterrupted, tmp_path):
