@@ -56,7 +56,10 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    ``--restore-file``) and it does not load, it restores the newest ``checkpoint*.pt`` of the
    save directory that does, and says so in the log; also when ``checkpoint_last.pt`` is
    missing (a full disk stopped its copy) beside other checkpoints. An explicit
-   ``--restore-file`` is never replaced (its error names it).
+   ``--restore-file`` is never replaced (its error names it). A run whose restored checkpoint
+   has reached ``--max-update`` stops there, status 0 (:func:`stop_a_finished_run`): fairseq
+   checks the limit only after an update, so re-running a finished command trained one more
+   and replaced ``checkpoint_last.pt``.
 
 8. :func:`report_checkpoint_errors_in_one_line` -- fairseq's own commands (fairseq-generate,
    fairseq-train, ...) are not this package's mains, so a ``CheckpointError`` of 6. or 7., or a
@@ -483,6 +486,11 @@ def resume_past_torn_checkpoints() -> None:
 
     @functools.wraps(original)
     def load_checkpoint(cfg, trainer, **passthrough_args):
+        loaded = load_past_torn_checkpoints(cfg, trainer, **passthrough_args)
+        stop_a_finished_run(trainer)
+        return loaded
+
+    def load_past_torn_checkpoints(cfg, trainer, **passthrough_args):
         from fairseq_shared import checkpoint_io
 
         suffix = getattr(trainer, "checkpoint_suffix", "") or ""
@@ -526,6 +534,20 @@ def resume_past_torn_checkpoints() -> None:
 
     checkpoint_utils.load_checkpoint = load_checkpoint
     checkpoint_utils._fairseq_shared_resume_patch = True
+
+
+def stop_a_finished_run(trainer) -> None:
+    """Exit (status 0, nothing written) when the restored checkpoint has already reached
+    ``--max-update``: fairseq's loop checks the limit only after an update, so it would train
+    one more and replace ``checkpoint_last.pt``."""
+    import sys
+
+    limit = trainer.cfg.optimization.max_update
+    done = trainer.get_num_updates()
+    if limit and done >= limit:
+        logger.info(f"the restored checkpoint is at update {done}, --max-update {limit} is "
+                    "reached: nothing to train (raise --max-update to train on)")
+        sys.exit(0)
 
 
 # ---------------------------------------------------------------------------------------

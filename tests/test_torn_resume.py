@@ -164,3 +164,21 @@ def test_fairseq_generate_names_a_bad_checkpoint(uninterrupted, tmp_path):
     code, out = run_tool("fairseq-generate", data, "--user-dir", USER_DIR, "--path", bad,
                          "--cpu", "--beam", "1", check=False, env={**ENV, "FAIRSEQ_SHARED_DEBUG": "1"})
     assert code != 0 and "Traceback" in out
+
+
+def test_rerunning_a_finished_command_trains_nothing(uninterrupted, tmp_path):
+    """Issue 57, silent 9: fairseq checks --max-update only after an update, so the same
+    command run again trained one more and replaced checkpoint_last.pt; with the plug-in it
+    stops at once, status 0, the checkpoint byte-identical. A higher --max-update trains on."""
+    data, done, _ = uninterrupted
+    shutil.copy(done / "checkpoint_last.pt", tmp_path / "checkpoint_last.pt")
+    before = (tmp_path / "checkpoint_last.pt").read_bytes()
+    _, log = _train(data, tmp_path)
+    assert (f"the restored checkpoint is at update {TOTAL}, --max-update {TOTAL} is reached: "
+            "nothing to train") in log
+    assert "num_updates" not in log.split("nothing to train")[1]
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_last.pt"]
+    _, log = run_tool("fairseq-train", data, *TRAIN[:-1], str(TOTAL + 1), "--save-dir",
+                      tmp_path)
+    assert re.search(rf"num_updates {TOTAL + 1}\b", log)
