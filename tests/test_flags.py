@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
+from fairseq_shared.cli import count_params, learn_policy, learn_sharing, learn_to_share
+from fairseq_shared.cli import time_generate
 from fairseq_shared.cli.arg_types import unit_interval
 from harness.configs import BUDGETS, load_budget
 from fairseq_shared.san.policy import PolicyError, parse_policy
@@ -47,6 +48,20 @@ def _usage_error(main, argv, capsys):
                            "--final-updates", "10", "--theta", "1.5"], "argument --theta: 1.5"),
     (learn_to_share.main, ["data", "--work-dir", "w", "--round-updates", "0",
                            "--final-updates", "10"], "argument --round-updates: 0 is out of"),
+    # issue 57: still accepted before
+    (count_params.main, ["--vocab", "-5"], "argument --vocab: -5 is out of range; allowed: an "
+                                           "integer >= 4"),
+    (count_params.main, ["--vocab", "3"], "argument --vocab: 3 is out of range"),
+    (count_params.main, ["--lora-rank", "-1"], "argument --lora-rank: -1 is out of range; "
+                                               "allowed: an integer >= 0"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--threads", "0"],
+     "argument --threads: 0 is out of range; allowed: an integer >= 1"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--repeats", "0"],
+     "argument --repeats: 0 is out of range; allowed: an integer >= 1"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--subset", "-3", "--", "--cpu"],
+     "argument --subset: -3 is out of range"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--warmup", "-1"],
+     "argument --warmup: -1 is out of range; allowed: an integer >= 0"),
 ])
 def test_out_of_range_tool_flags_stop_while_parsing(main, argv, needle, capsys):
     assert needle in _usage_error(main, argv, capsys)

@@ -32,6 +32,17 @@ def _int_at_least(text: str, least: int) -> int:
     return value
 
 
+def int_at_least(least: int):
+    """The type of an integer flag whose values start at ``least`` (``--vocab``: a joint
+    dictionary holds fairseq's 4 special symbols)."""
+
+    def parse(text: str) -> int:
+        return _int_at_least(text, least)
+
+    parse.__name__ = f"int_at_least_{least}"
+    return parse
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (a count: sentences, tokens, sets, rounds, updates)."""
     return _int_at_least(text, 1)

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 
+from fairseq_shared.cli.arg_types import non_negative_int, positive_int
 from fairseq_shared.cli.errors import command
 from fairseq_shared.errors import printable
 
@@ -31,16 +32,17 @@ def build_parser():
     p.add_argument("--checkpoint", "-c", action="append", required=True, metavar="NAME=PATH",
                    help="a checkpoint to decode (repeat for several; NAME= is optional)")
     p.add_argument("--baseline", help="name the speed ratios are relative to (default: first)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes (default 1)")
-    p.add_argument("--warmup-batches", type=int, default=None,
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed warm-up passes (default 1)")
+    p.add_argument("--warmup-batches", type=positive_int, default=None,
                    help="limit each warm-up pass to its first N batches (default: whole pass)")
-    p.add_argument("--repeats", type=int, default=3, help="timed passes per model (default 3)")
-    p.add_argument("--subset", type=int, default=None,
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed passes per model (default 3)")
+    p.add_argument("--subset", type=positive_int, default=None,
                    help="decode only N sentences, evenly spaced by id (default: all)")
     p.add_argument("--force-lengths", default=None, metavar="{reference,L}",
                    help="force output lengths: 'reference' (forced decoding of the reference) "
                    "or an int L (every output L tokens + EOS)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch.set_num_threads (default: torch's)")
     p.add_argument("--script", action="store_true",
                    help="decode with fairseq's SequenceGenerator compiled by torch.jit.script "
                    "(same hypotheses; about 30%% less CPU time at batch 1, "
