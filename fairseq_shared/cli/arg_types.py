@@ -62,3 +62,9 @@ def non_negative_int_list(text: str) -> list:
     """Comma-separated integers >= 0 (``0,1,2``)."""
     return [non_negative_int(part) for part in text.split(",")]
 
+
+#: ``--subset`` means one thing in every command that has it: a split of the data directory, as
+#: fairseq names them (its ``--gen-subset``, ``--valid-subset``); a number of sentences is
+#: ``--sentences`` (time_generate, export).
+SUBSET_HELP = ("split of the data directory to read, as fairseq names them (train, valid, "
+               "test ...; default: %(default)s)")
