@@ -4,6 +4,7 @@ data directory), no tool overwriting its input, atomic saves, and the newest who
 checkpoint of a save directory."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -335,8 +336,12 @@ def test_a_non_finite_weight_is_named_with_its_file_by_every_loader(files, tmp_p
         assert str(error.value).startswith(expected)
     from fairseq import checkpoint_utils  # fairseq's own loader, as fairseq-generate calls it
 
-    with pytest.raises(checkpoint_io.NonFiniteError, match=expected.replace("(", r"\(")):
+    with pytest.raises(checkpoint_io.NonFiniteError, match=re.escape(expected)):
         checkpoint_utils.load_model_ensemble([str(bad)])
+    from fairseq_shared.distill.run import load_teacher
+
+    with pytest.raises(checkpoint_io.NonFiniteError, match=re.escape(expected)):
+        load_teacher([str(bad)], str(files["data"]))
     line = _fails(time_generate.main, [str(files["data"]), "--checkpoint", str(bad),
                                        "--", "--cpu"], capsys)
     assert line == f"time_generate: error: {expected} (NaN or infinity; a corrupt file or a " \
