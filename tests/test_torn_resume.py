@@ -182,3 +182,18 @@ def test_rerunning_a_finished_command_trains_nothing(uninterrupted, tmp_path):
     _, log = run_tool("fairseq-train", data, *TRAIN[:-1], str(TOTAL + 1), "--save-dir",
                       tmp_path)
     assert re.search(rf"num_updates {TOTAL + 1}\b", log)
+
+
+def test_a_non_finite_checkpoint_last_stops_the_resume_naming_it(uninterrupted, tmp_path):
+    """A NaN in checkpoint_last.pt (a whole file, its CRCs valid: a diverged or corrupted
+    model) is named in one line; the resume does not fall back to an older checkpoint as it
+    does for a torn file (issue 57)."""
+    data, done, _ = uninterrupted
+    shutil.copy(done / MID_EPOCH_2, tmp_path / MID_EPOCH_2)
+    state = torch.load(done / "checkpoint_last.pt", weights_only=True)
+    state["model"]["encoder.embed_tokens.weight"][0, 0] = float("nan")
+    torch.save(state, tmp_path / "checkpoint_last.pt")
+    code, log = _train(data, tmp_path, check=False)
+    assert code == 1 and "Traceback" not in log and "resuming from" not in log
+    assert (f"fairseq-train: error: {tmp_path / 'checkpoint_last.pt'}: cannot be used: its tensor "
+            "encoder.embed_tokens.weight holds 1 non-finite value(s)") in log
