@@ -1,6 +1,10 @@
 """fairseq-shared: cross-layer sharing for fairseq Transformers (load with --user-dir)."""
 
-import torch as _torch
+from fairseq_shared.library_modules import refuse_a_library_module_run_as_a_command as _refuse
+
+_refuse()  # python -m fairseq_shared.data.audit: one line naming the command, status 2
+
+import torch as _torch  # noqa: E402
 
 from fairseq_shared.versions import check_torch as _check_torch
 

@@ -6,8 +6,10 @@
   reads one as stored, without fairseq's upgrades (averaging). A file that cannot be read
   (missing, empty, truncated, not a PyTorch file, or refused by safe loading) raises
   :class:`CheckpointError` naming the file and what is wrong with it; the advice to load
-  unsafely that PyTorch's own message carries is never passed on. With ``expect`` the kind
-  of model is checked too (a language model given to a translation tool, or the reverse).
+  unsafely that PyTorch's own message carries is never passed on. A model holding a NaN or an
+  infinity is refused, naming the file and the tensor (:class:`NonFiniteError`). With
+  ``expect`` the kind of model is checked too (a language model given to a translation tool,
+  or the reverse).
 * :func:`setup_task` builds the checkpoint's task, and says to pass ``--data`` when the
   dictionaries are no longer where the checkpoint's configuration says.
 * :func:`save` writes atomically (:func:`atomic_write`, the one atomic writer: a full or
@@ -33,7 +35,7 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Tuple
 
 from fairseq_shared.errors import FairseqSharedError
 
@@ -51,6 +53,11 @@ _LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
 
 class CheckpointError(FairseqSharedError):
     """A checkpoint file cannot be used; the message names the file and says why."""
+
+
+class NonFiniteError(CheckpointError):
+    """A checkpoint's model holds a NaN or an infinity (a whole file, not a torn one: a resume
+    does not skip it for an older checkpoint)."""
 
 
 def debug_enabled() -> bool:
@@ -154,15 +161,22 @@ LOAD_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, ValueEr
 
 def read(path: str, reader):
     """``reader(path)`` for a file that :func:`check_readable` accepts, with its loading
-    errors as :class:`CheckpointError` naming the file."""
+    errors as :class:`CheckpointError` naming the file, and a model that holds a NaN or an
+    infinity refused (:class:`NonFiniteError` naming the file and the tensor)."""
     if "://" not in str(path):  # a local file (fairseq's PathManager also reads URLs)
         check_readable(path)
     try:
-        return reader(path)
+        state = reader(path)
     except CheckpointError:
         raise
     except LOAD_ERRORS as e:
         raise explain_load_error(path, e)
+    found = non_finite(state)
+    if found is not None:
+        name, bad = found
+        raise NonFiniteError(f"{path}: cannot be used: its tensor {name} holds {bad} non-finite "
+                             "value(s) (NaN or infinity; a corrupt file or a diverged model)")
+    return state
 
 
 def load_raw(path: str) -> dict:
@@ -239,7 +253,8 @@ def load(path: str, expect: Optional[str] = None, data: Optional[str] = None,
     from fairseq import checkpoint_utils  # the package's import already ran compat
 
     overrides = {**(overrides or {}), **({"data": data} if data else {})} or None
-    state = read(path, lambda p: checkpoint_utils.load_checkpoint_to_cpu(p, overrides))
+    # compat (fix 6) reads every file fairseq loads through :func:`read`: its checks run once
+    state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
     check_kind(state, path, expect, tool)
     return state
 
@@ -317,16 +332,27 @@ def write_failure(error: OSError) -> str:
     return f"{cause} ({name})" if name else cause
 
 
-def refuse_non_finite(state: dict, path: str) -> None:
-    """Raise :class:`CheckpointError` when a floating-point tensor of ``state["model"]`` holds
-    a NaN or an infinity (a corrupt input, or a diverged model), naming it."""
+def non_finite(state) -> Optional[Tuple[str, int]]:
+    """The first floating-point tensor of a checkpoint's ``state["model"]`` that holds a NaN or
+    an infinity, and how many it holds; None when all are finite (or ``state`` has no model)."""
     import torch
 
-    for name, value in (state.get("model") or {}).items():
+    model = state.get("model") if isinstance(state, dict) else None
+    for name, value in (model if isinstance(model, dict) else {}).items():
         if torch.is_tensor(value) and value.is_floating_point() and value.numel():
             bad = int((~torch.isfinite(value)).sum())
             if bad:
-                raise _error(f"{path}: not written: {name} holds {bad} non-finite value(s) "
+                return name, bad
+    return None
+
+
+def refuse_non_finite(state: dict, path: str) -> None:
+    """Raise :class:`NonFiniteError` when a floating-point tensor of ``state["model"]`` holds
+    a NaN or an infinity (a corrupt input, or a diverged model), naming it."""
+    found = non_finite(state)
+    if found is not None:
+        name, bad = found
+        raise NonFiniteError(f"{path}: not written: {name} holds {bad} non-finite value(s) "
                              "(NaN or infinity; a corrupt input or a diverged model)")
 
 

@@ -44,8 +44,10 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
 6. :func:`explain_bad_checkpoint_files` -- fairseq reads every checkpoint file through
    ``checkpoint_utils.load_checkpoint_to_cpu``; for an empty, truncated, non-PyTorch or
    unsafe file PyTorch's error does not name the file, and for some it advises loading with
-   ``weights_only=False``. The file is read through :func:`fairseq_shared.checkpoint_io.read`
-   instead, whose ``CheckpointError`` names it and says what is wrong.
+   ``weights_only=False``; a NaN in a weight (valid CRCs) surfaced later as a misleading error
+   about the sharing configuration. The file is read through
+   :func:`fairseq_shared.checkpoint_io.read` instead, whose ``CheckpointError`` names it and
+   says what is wrong (a NaN or an infinity: the file and the tensor).
 
 7. :func:`resume_past_torn_checkpoints` -- fairseq writes the first checkpoint file of a save
    atomically but *copies* it to ``checkpoint_last.pt``; a kill during that copy leaves a torn
@@ -54,7 +56,10 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    ``--restore-file``) and it does not load, it restores the newest ``checkpoint*.pt`` of the
    save directory that does, and says so in the log; also when ``checkpoint_last.pt`` is
    missing (a full disk stopped its copy) beside other checkpoints. An explicit
-   ``--restore-file`` is never replaced (its error names it).
+   ``--restore-file`` is never replaced (its error names it). A run whose restored checkpoint
+   has reached ``--max-update`` stops there, status 0 (:func:`stop_a_finished_run`): fairseq
+   checks the limit only after an update, so re-running a finished command trained one more
+   and replaced ``checkpoint_last.pt``.
 
 8. :func:`report_checkpoint_errors_in_one_line` -- fairseq's own commands (fairseq-generate,
    fairseq-train, ...) are not this package's mains, so a ``CheckpointError`` of 6. or 7., or a
@@ -68,6 +73,16 @@ Every fix is applied once, is idempotent, and is named for what it fixes:
    in place: a full disk leaves a torn ``checkpoint_best.pt``. For local files the copy goes
    through :func:`fairseq_shared.checkpoint_io.atomic_write` instead (the old file or the
    new one; a failure is one line naming the file and the cause).
+
+10. :func:`resume_with_the_batches_of_an_uninterrupted_run` -- fairseq's
+   ``FairseqTask.get_batch_iterator`` orders a dataset's examples (which sentences of one
+   length go into which batch) with the seed ``seed + epoch`` of the epoch in which it builds
+   the iterator, and an uninterrupted run builds it once, in epoch 1, and reuses it. A resume
+   in epoch 2 or later builds it in that epoch, so from there on it trains on other batches:
+   after a mid-epoch resume in epoch 2 or 3 only 6 of 93 tensors of a toy model ended equal
+   (the same with fairseq's own ``transformer``; docs/reliability.md). A reusable iterator
+   (fairseq's default; not with ``--rebuild-batches``) is built with epoch 1's seed whatever
+   the epoch, so a resume trains on the batches an uninterrupted run trains on.
 """
 
 import argparse
@@ -471,6 +486,11 @@ def resume_past_torn_checkpoints() -> None:
 
     @functools.wraps(original)
     def load_checkpoint(cfg, trainer, **passthrough_args):
+        loaded = load_past_torn_checkpoints(cfg, trainer, **passthrough_args)
+        stop_a_finished_run(trainer)
+        return loaded
+
+    def load_past_torn_checkpoints(cfg, trainer, **passthrough_args):
         from fairseq_shared import checkpoint_io
 
         suffix = getattr(trainer, "checkpoint_suffix", "") or ""
@@ -496,6 +516,8 @@ def resume_past_torn_checkpoints() -> None:
                 return original(cfg, trainer, **passthrough_args)  # every rank must agree
             try:
                 return original(cfg, trainer, **passthrough_args)
+            except checkpoint_io.NonFiniteError:
+                raise  # a whole file whose model diverged or was corrupted: not a torn one
             except checkpoint_io.CheckpointError as e:
                 if last not in str(e) or "refused by safe loading" in str(e):
                     raise  # not about this file, or unsafe: not a torn file to skip
@@ -512,6 +534,20 @@ def resume_past_torn_checkpoints() -> None:
 
     checkpoint_utils.load_checkpoint = load_checkpoint
     checkpoint_utils._fairseq_shared_resume_patch = True
+
+
+def stop_a_finished_run(trainer) -> None:
+    """Exit (status 0, nothing written) when the restored checkpoint has already reached
+    ``--max-update``: fairseq's loop checks the limit only after an update, so it would train
+    one more and replace ``checkpoint_last.pt``."""
+    import sys
+
+    limit = trainer.cfg.optimization.max_update
+    done = trainer.get_num_updates()
+    if limit and done >= limit:
+        logger.info(f"the restored checkpoint is at update {done}, --max-update {limit} is "
+                    "reached: nothing to train (raise --max-update to train on)")
+        sys.exit(0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -575,6 +611,38 @@ def copy_checkpoints_atomically() -> None:
         checkpoint_utils.PathManager = _AtomicCopies(checkpoint_utils.PathManager)
 
 
+# ---------------------------------------------------------------------------------------
+# 10. A resume in epoch 2 or later trains on the uninterrupted run's batches
+# ---------------------------------------------------------------------------------------
+
+
+def resume_with_the_batches_of_an_uninterrupted_run() -> None:
+    """Wrap ``FairseqTask.get_batch_iterator`` as described in 10. Idempotent."""
+    from fairseq.tasks.fairseq_task import FairseqTask
+
+    original = FairseqTask.get_batch_iterator
+    if getattr(original, "_fairseq_shared_epoch_1_batches", False):
+        return
+
+    @functools.wraps(original)
+    def get_batch_iterator(self, dataset, *args, epoch=1, disable_iterator_cache=False,
+                           update_epoch_batch_itr=False, **kwargs):
+        reusable = (epoch > 1 and not disable_iterator_cache and not update_epoch_batch_itr
+                    and not getattr(self.cfg, "rebuild_batches", False)
+                    and self.can_reuse_epoch_itr(dataset)
+                    and dataset not in self.dataset_to_epoch_iter)
+        iterator = original(self, dataset, *args, epoch=1 if reusable else epoch,
+                            disable_iterator_cache=disable_iterator_cache,
+                            update_epoch_batch_itr=update_epoch_batch_itr, **kwargs)
+        if reusable:  # the batches of epoch 1; the epoch the caller asked for
+            iterator.epoch = epoch
+            dataset.set_epoch(epoch)
+        return iterator
+
+    get_batch_iterator._fairseq_shared_epoch_1_batches = True
+    FairseqTask.get_batch_iterator = get_batch_iterator
+
+
 allow_fairseq_checkpoint_globals()
 patch_cpu_distributed_training()
 allow_distributed_checkpoint_broadcast()
@@ -584,3 +652,4 @@ explain_bad_checkpoint_files()
 resume_past_torn_checkpoints()
 report_checkpoint_errors_in_one_line()
 copy_checkpoints_atomically()
+resume_with_the_batches_of_an_uninterrupted_run()

@@ -166,11 +166,25 @@ def _audit_process(raw, *extra):
 
 
 def _one_line_error(proc):
-    """The command's error: one line, no traceback (fairseq's own import-time INFO lines aside)."""
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    """The command's error: one line, no traceback (fairseq's own import-time INFO lines aside),
+    exit 1, as every command reports one (cli/errors.py)."""
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     lines = [l for l in proc.stderr.splitlines() if not l.startswith("INFO:")]
     assert len(lines) == 1 and lines[0].startswith("audit: error: "), proc.stderr
+    assert lines[0].endswith(" (--debug shows the traceback)")
     return lines[0]
+
+
+def test_debug_shows_the_traceback_of_a_bad_corpus(tmp_path):
+    """Issue 54/57: audit wraps its main in cli/errors.py as every command does (it exited 2
+    with its own line and refused --debug)."""
+    from fairseq_shared.data.audit import AuditError
+
+    raw = tmp_path / "raw"
+    _write_corpus(raw, {"train": TRAIN, "valid": HELD})
+    (raw / "valid.en").write_text("")
+    with pytest.raises(AuditError, match="valid.en: empty"):
+        command.main([str(raw), "-k", "3", "--debug"])
 
 
 def test_exact_duplicates_match_after_whitespace_normalisation():

@@ -150,3 +150,43 @@ def test_bad_inputs(ckpt_dir, tmp_path, capsys):
     assert "refused by safe loading" in capsys.readouterr().err
     assert not marker.exists()
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("other, flags, differs", [
+    # the same tensors, another layer map: averaged, the map [0,1,0,0] would be neither's
+    ("transformer_cycle", [], "--decoder-share-strategy cycle against cycle_rev"),
+    # the same tensors and map, another function
+    ("transformer_cycle_rev", ["--activation-fn", "gelu"], "--activation-fn gelu against relu"),
+])
+def test_checkpoints_of_another_model_are_refused_naming_both_and_what_differs(
+        tmp_path, tmp_path_factory, capsys, other, flags, differs):
+    from helpers_checkpoint import build_for_data, save_checkpoint
+
+    data = data_bin(tmp_path_factory)
+    layers = ["--encoder-layers", "4", "--decoder-layers", "4",
+              "--encoder-unique-layers", "2", "--decoder-unique-layers", "2"]
+    a = save_checkpoint(tmp_path / "a.pt", *build_for_data(data, "transformer_cycle_rev",
+                                                           layers)[::2])
+    b = save_checkpoint(tmp_path / "b.pt", *build_for_data(data, other, layers + flags,
+                                                           seed=3)[::2])
+    out = tmp_path / "avg.pt"
+    with pytest.raises(SystemExit) as exit_info:
+        avg.main(["--inputs", str(a), str(b), "--output", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"'{b}' is another model than '{a}': {differs}; only checkpoints of one model" in err
+    assert not out.exists()
+    # the option alone is not what is checked: the layer map (an integer tensor) is too
+    state = torch.load(b)
+    state["args"] = torch.load(a)["args"]
+    torch.save(state, b)
+    if other == "transformer_cycle":
+        with pytest.raises(SystemExit):
+            avg.main(["--inputs", str(a), str(b), "--output", str(out)])
+        assert (f"its encoder.sharing_map_version is [0, 1, 0, 1] against [0, 1, 1, 0]"
+                in capsys.readouterr().err)
+    else:  # the same model, two initialisations (dropout could differ too): averaged
+        state["args"].dropout = 0.3
+        torch.save(state, b)
+        avg.main(["--inputs", str(a), str(b), "--output", str(out)])
+        assert_is_mean(torch.load(out)["model"], [a, b])

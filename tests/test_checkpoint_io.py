@@ -4,6 +4,7 @@ data directory), no tool overwriting its input, atomic saves, and the newest who
 checkpoint of a save directory."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -300,15 +301,66 @@ def test_weights_that_are_not_finite_are_never_written(files, tmp_path, capsys):
     with pytest.raises(CheckpointError, match=r"o\.pt: not written: w holds 1 non-finite"):
         checkpoint_io.save({"model": {"w": torch.tensor([1.0, float("inf")])}},
                            str(tmp_path / "o.pt"))
-    state = torch.load(files["good"], weights_only=False)
-    name = next(k for k, v in state["model"].items() if v.is_floating_point())
-    state["model"][name].view(-1)[0] = float("nan")  # a diverged model, its CRCs whole
-    torch.save(state, tmp_path / "huge.pt")
-    line = _fails(average_checkpoints.main, ["--inputs", str(tmp_path / "huge.pt"),
-                                             str(tmp_path / "huge.pt"), "--output",
+    huge = _with_non_finite(files["good"], tmp_path / "huge.pt", float("nan"))
+    line = _fails(average_checkpoints.main, ["--inputs", str(huge), str(huge), "--output",
                                              str(tmp_path / "o.pt")], capsys)
-    assert f"o.pt: not written: {name} holds" in line and "non-finite" in line
+    assert f"{huge}: cannot be used: its tensor" in line  # refused on reading, before writing
     assert sorted(os.listdir(tmp_path)) == ["huge.pt"]
+
+
+def _with_non_finite(source, path, value, name=None):
+    """``source`` with one value of its tensor ``name`` (default: the first floating-point
+    one) set to ``value``, saved whole (valid CRCs): a diverged model or a corrupt writer."""
+    state = torch.load(source, weights_only=False)
+    name = name or next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name].view(-1)[-1] = value
+    torch.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize("name, value", [
+    ("encoder.embed_tokens.weight", float("nan")),  # tied: the decoder's input and output
+    ("encoder.layers.1.fc1.weight", float("inf")),
+    ("decoder.layers.0.self_attn.k_proj.bias", float("-inf")),
+])
+def test_a_non_finite_weight_is_named_with_its_file_by_every_loader(files, tmp_path, capsys,
+                                                                    name, value):
+    """Issue 57: a NaN in a tied tensor made generate, distill and time_generate blame the
+    sharing configuration; in an untied one fairseq failed on an assertion. The one loader
+    (``checkpoint_io.read``, which compat gives fairseq's own commands) names file and tensor."""
+    bad = _with_non_finite(files["good"], tmp_path / "bad.pt", value, name)
+    expected = f"{bad}: cannot be used: its tensor {name} holds 1 non-finite value(s)"
+    for load in (checkpoint_io.load_raw, checkpoint_io.load):
+        with pytest.raises(checkpoint_io.NonFiniteError) as error:
+            load(str(bad))
+        assert str(error.value).startswith(expected)
+    from fairseq import checkpoint_utils  # fairseq's own loader, as fairseq-generate calls it
+
+    with pytest.raises(checkpoint_io.NonFiniteError, match=re.escape(expected)):
+        checkpoint_utils.load_model_ensemble([str(bad)])
+    from fairseq_shared.distill.run import load_teacher
+
+    with pytest.raises(checkpoint_io.NonFiniteError, match=re.escape(expected)):
+        load_teacher([str(bad)], str(files["data"]))
+    line = _fails(time_generate.main, [str(files["data"]), "--checkpoint", str(bad),
+                                       "--", "--cpu"], capsys)
+    assert line == f"time_generate: error: {expected} (NaN or infinity; a corrupt file or a " \
+                   "diverged model) (--debug shows the traceback)"
+    line = _fails(convert_sharing.main, [str(bad), str(tmp_path / "o.pt")], capsys)
+    assert expected in line
+    assert sorted(os.listdir(tmp_path)) == ["bad.pt"]
+
+
+def test_fairseq_generate_names_a_non_finite_weight_in_one_line(files, tmp_path):
+    from helpers_data import USER_DIR, run_tool
+
+    bad = _with_non_finite(files["good"], tmp_path / "bad.pt", float("nan"),
+                           "encoder.embed_tokens.weight")
+    code, out = run_tool("fairseq-generate", files["data"], "--user-dir", USER_DIR, "--path",
+                         bad, "--cpu", "--beam", "1", check=False)
+    assert code == 1 and "Traceback" not in out
+    assert (f"fairseq-generate: error: {bad}: cannot be used: its tensor "
+            "encoder.embed_tokens.weight holds 1 non-finite value(s)") in out
 
 
 def test_a_full_disk_leaves_the_old_file_and_names_path_and_cause(files, tmp_path, monkeypatch,

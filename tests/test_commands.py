@@ -54,3 +54,47 @@ def test_cli_runs_fairseq_with_the_plug_in(tmp_path):
     with pytest.raises(SystemExit) as bad:
         main(["bogus", "x"])
     assert bad.value.code not in (0, None) and "TOOL one of: train" in str(bad.value.code)
+
+
+# ---- a library module run as a program (issue 57, silent 10) ----------------------------------
+
+
+def _run_module(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("module, command", [
+    ("fairseq_shared.data.audit", "audit"),  # before cli/: exited 0 without auditing
+    ("fairseq_shared.data.bible", "bible"),
+    ("fairseq_shared.tools.averaging", "average_checkpoints"),
+])
+def test_an_old_command_path_fails_naming_the_real_one(module, command, tmp_path):
+    proc = _run_module(module, str(tmp_path), "--max-contamination", "0.01")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"error: {module} is a library module, not a command: run python -m "
+                           f"fairseq_shared.cli.{command} instead\n")
+
+
+def test_any_other_library_module_lists_the_commands():
+    proc = _run_module("fairseq_shared.sharing.stacks")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "fairseq_shared.sharing.stacks is a library module, not a command; the commands " \
+           "are python -m fairseq_shared.cli.NAME, NAME one of: audit, average_checkpoints, " in proc.stderr
+
+
+def test_every_named_command_and_library_module_exists():
+    import importlib.util
+
+    from fairseq_shared import library_modules
+
+    for library, command in library_modules.COMMAND_OF.items():
+        assert importlib.util.find_spec(f"fairseq_shared.{library}") is not None, library
+        assert command in library_modules.commands(), command
+    assert library_modules.refusal("fairseq_shared.cli.audit") is None
+    assert library_modules.refusal("fairseq_cli.train") is None
+    assert library_modules.module_run(["python", "-X", "dev", "-mfoo.bar", "x"]) == "foo.bar"
+    assert library_modules.module_run(["python", "-c", "pass", "-m", "x"]) is None
+    assert library_modules.module_run(["python", "-B", "-m", "foo.bar", "x"]) == "foo.bar"
+    assert library_modules.module_run(["python", "-mfoo.bar"]) == "foo.bar"
+    assert library_modules.module_run(["python", "script.py", "-m", "x"]) is None

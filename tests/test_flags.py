@@ -3,10 +3,12 @@ range: similarity thresholds, counts, budget values (--set), LoRA ranks against 
 width, and SAN policies parsed as strictly as sharing patterns."""
 
 import json
+import re
 
 import pytest
 
-from fairseq_shared.cli import learn_policy, learn_sharing, learn_to_share
+from fairseq_shared.cli import count_params, learn_policy, learn_sharing, learn_to_share
+from fairseq_shared.cli import time_generate
 from fairseq_shared.cli.arg_types import unit_interval
 from harness.configs import BUDGETS, load_budget
 from fairseq_shared.san.policy import PolicyError, parse_policy
@@ -47,6 +49,20 @@ def _usage_error(main, argv, capsys):
                            "--final-updates", "10", "--theta", "1.5"], "argument --theta: 1.5"),
     (learn_to_share.main, ["data", "--work-dir", "w", "--round-updates", "0",
                            "--final-updates", "10"], "argument --round-updates: 0 is out of"),
+    # issue 57: still accepted before
+    (count_params.main, ["--vocab", "-5"], "argument --vocab: -5 is out of range; allowed: an "
+                                           "integer >= 4"),
+    (count_params.main, ["--vocab", "3"], "argument --vocab: 3 is out of range"),
+    (count_params.main, ["--lora-rank", "-1"], "argument --lora-rank: -1 is out of range; "
+                                               "allowed: an integer >= 0"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--threads", "0"],
+     "argument --threads: 0 is out of range; allowed: an integer >= 1"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--repeats", "0"],
+     "argument --repeats: 0 is out of range; allowed: an integer >= 1"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--sentences", "-3", "--", "--cpu"],
+     "argument --sentences: -3 is out of range"),
+    (time_generate.main, ["data", "-c", "ck.pt", "--warmup", "-1"],
+     "argument --warmup: -1 is out of range; allowed: an integer >= 0"),
 ])
 def test_out_of_range_tool_flags_stop_while_parsing(main, argv, needle, capsys):
     assert needle in _usage_error(main, argv, capsys)
@@ -275,3 +291,41 @@ def test_fairseq_train_states_a_negative_san_policy_and_a_bad_layer_list(tmp_pat
                          "--encoder-layers-to-keep", ",", check=False)
     assert code == 2 and "Traceback" not in out
     assert "argument --encoder-layers-to-keep: ',' is not a comma-separated list" in out
+
+
+# ---- help texts and --subset (issue 54) -------------------------------------------------------
+def test_every_convert_policy_flag_has_its_help():
+    from fairseq_shared.cli import convert_policy
+
+    actions = [a for a in convert_policy.build_parser()._actions if a.dest != "help"]
+    assert {a.dest for a in actions} == {"checkpoint_in", "checkpoint_out", "san_self_policy",
+                                         "san_cross_policy", "san_cross_reuse",
+                                         "san_encoder_policy", "data"}
+    for action in actions:
+        assert action.help and len(action.help) > 20, action.dest
+    assert all("unset: the checkpoint's own" in a.help for a in actions if a.dest.startswith("san"))
+
+
+def test_subset_is_a_split_in_every_command_and_time_generate_counts_with_sentences(capsys):
+    """--subset names a split of the data directory wherever it is a flag; time_generate's
+    number of sentences (once its --subset N) is --sentences N, and --subset there says so."""
+    from fairseq_shared.cli import export, learn_sharing
+
+    for main in (learn_policy.main, learn_sharing.main, learn_to_share.main, export.main):
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert re.search(r"--subset SUBSET (split|split of the data directory)", text), main.__module__
+    with pytest.raises(SystemExit):
+        time_generate.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--subset" not in text and "--sentences N decode only N sentences of the split" in text
+    args, _, _ = time_generate.parse(["data", "-c", "ck.pt", "--sentences", "150"])
+    assert args.sentences == 150
+
+
+def test_time_generate_refuses_subset_naming_sentences_and_gen_subset(capsys):
+    line = _usage_error(time_generate.main, ["data", "-c", "ck.pt", "--subset", "150"], capsys)
+    assert line.endswith("error: --subset 150: the number of sentences to decode is "
+                         "--sentences N; the split is fairseq-generate's --gen-subset SPLIT "
+                         "(after --)")

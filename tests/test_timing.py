@@ -153,7 +153,7 @@ def test_cli_writes_md_csv_json(toy, ckpts, tmp_path, capsys):
     rc = time_generate.main([toy, "-c", f"vanilla={ckpts['vanilla']}",
                              "-c", f"shared={ckpts['cycle_rev_2L']}", "--baseline", "vanilla",
                              "--warmup", "0", "--repeats", "1", "--threads", "1",
-                             "--subset", "7", "--out", str(out), "--", *GEN])
+                             "--sentences", "7", "--out", str(out), "--", *GEN])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "| vanilla |" in printed and "| shared |" in printed and "BLEU signature" in printed
@@ -184,7 +184,7 @@ def test_a_path_that_is_not_utf8_is_reported_escaped(toy, ckpts, tmp_path, capsy
     out = tmp_path / os.fsdecode(b"dec\xff")
     # unnamed: the model is named for its directory, so the byte is in every report's rows
     assert time_generate.main([toy, "-c", str(checkpoint), "--warmup", "0", "--repeats", "1",
-                               "--threads", "1", "--subset", "3", "--out", str(out),
+                               "--threads", "1", "--sentences", "3", "--out", str(out),
                                "--", *GEN]) == 0
     assert "wrote" in capsys.readouterr().err
     for name in ("results.md", "results.csv"):

@@ -32,6 +32,17 @@ def _int_at_least(text: str, least: int) -> int:
     return value
 
 
+def int_at_least(least: int):
+    """The type of an integer flag whose values start at ``least`` (``--vocab``: a joint
+    dictionary holds fairseq's 4 special symbols)."""
+
+    def parse(text: str) -> int:
+        return _int_at_least(text, least)
+
+    parse.__name__ = f"int_at_least_{least}"
+    return parse
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (a count: sentences, tokens, sets, rounds, updates)."""
     return _int_at_least(text, 1)
@@ -51,3 +62,9 @@ def non_negative_int_list(text: str) -> list:
     """Comma-separated integers >= 0 (``0,1,2``)."""
     return [non_negative_int(part) for part in text.split(",")]
 
+
+#: ``--subset`` means one thing in every command that has it: a split of the data directory, as
+#: fairseq names them (its ``--gen-subset``, ``--valid-subset``); a number of sentences is
+#: ``--sentences`` (time_generate, export).
+SUBSET_HELP = ("split of the data directory to read, as fairseq names them (train, valid, "
+               "test ...; default: %(default)s)")

@@ -18,6 +18,7 @@ import logging
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY, FairseqLanguageModel
 
+from fairseq_shared.cli.arg_types import int_at_least, non_negative_int
 from fairseq_shared.cli.errors import command
 from fairseq_shared.models import build as library
 from fairseq_shared.sharing.assignment import SharingConfigError
@@ -73,8 +74,10 @@ def relaxed_cells(arch: str, vocab: int, rigid, rank: int, untie_norms: bool,
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("archs", nargs="*", help="architectures (default: all of this package)")
-    parser.add_argument("--vocab", type=int, default=32768, help="joint vocabulary size")
-    parser.add_argument("--lora-rank", type=int, default=0, metavar="R",
+    parser.add_argument("--vocab", type=int_at_least(Dictionary().nspecial), default=32768,
+                        help="joint vocabulary size, its 4 special symbols included (default "
+                        "32768)")
+    parser.add_argument("--lora-rank", type=non_negative_int, default=0, metavar="R",
                         help="also count with relaxed sharing: rank-R deltas in every stack "
                         "that ties layers (--{stack}-share-lora-rank R); 0: not")
     parser.add_argument("--untie-norms", action="store_true",
@@ -82,8 +85,6 @@ def main(argv=None):
     parser.add_argument("--untie-biases", action="store_true",
                         help="... and per-layer biases of tied Linears (--{stack}-untie-biases)")
     args = parser.parse_args(argv)
-    if args.lora_rank < 0:
-        parser.error(f"--lora-rank: '{args.lora_rank}' is not a rank; allowed: an integer >= 0")
     relax = (args.lora_rank, args.untie_norms, args.untie_biases)
     logging.disable(logging.INFO)
     ours = [a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_shared")]

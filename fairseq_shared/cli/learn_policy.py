@@ -28,7 +28,8 @@ import os
 
 import torch
 
-from fairseq_shared.cli.arg_types import positive_int, unit_interval, unit_interval_list
+from fairseq_shared.cli.arg_types import (SUBSET_HELP, positive_int, unit_interval,
+                                          unit_interval_list)
 from fairseq_shared.cli.errors import command
 from fairseq_shared.san.policy import format_policy
 from fairseq_shared.tools import learn_policy as library
@@ -39,7 +40,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
     p.add_argument("--data", help="data-bin directory (default: the one stored in the checkpoint)")
-    p.add_argument("--subset", default="valid")
+    p.add_argument("--subset", default="valid", help=SUBSET_HELP)
     p.add_argument("--theta", type=unit_interval, default=library.THETA)
     p.add_argument("--similarity", choices=library.SIMILARITIES,
                    default=library.SIMILARITIES[0])

@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from fairseq_shared.cli.arg_types import positive_int, unit_interval
+from fairseq_shared.cli.arg_types import SUBSET_HELP, positive_int, unit_interval
 from fairseq_shared.cli.errors import command
 from fairseq_shared.tools import learn_sharing as library
 
@@ -37,7 +37,7 @@ def main(argv=None):
     p.add_argument("--measure", choices=library.MEASURES, default=library.MEASURES[0])
     p.add_argument("--grouping", choices=library.GROUPINGS, default=library.GROUPINGS[0],
                    help="which pattern the flags give: adjacent groups (default) or clustered")
-    p.add_argument("--subset", default="valid")
+    p.add_argument("--subset", default="valid", help=SUBSET_HELP)
     p.add_argument("--max-sentences", type=positive_int, default=library.MAX_SENTENCES)
     p.add_argument("--max-tokens", type=positive_int, default=library.MAX_TOKENS,
                    help="batch size in tokens")

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import List
 
-from fairseq_shared.cli.arg_types import positive_int, unit_interval
+from fairseq_shared.cli.arg_types import SUBSET_HELP, positive_int, unit_interval
 from fairseq_shared.cli.errors import command
 from fairseq_shared.tools import learn_policy
 from fairseq_shared.tools import policy_rounds as library
@@ -36,7 +36,7 @@ def main(argv=None):
     p.add_argument("--theta", type=unit_interval, default=learn_policy.THETA)
     p.add_argument("--similarity", choices=learn_policy.SIMILARITIES,
                    default=learn_policy.SIMILARITIES[0])
-    p.add_argument("--subset", default="valid")
+    p.add_argument("--subset", default="valid", help=SUBSET_HELP)
     p.add_argument("--max-sentences", type=positive_int, default=learn_policy.MAX_SENTENCES)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 
+from fairseq_shared.cli.arg_types import non_negative_int, positive_int
 from fairseq_shared.cli.errors import command
 from fairseq_shared.errors import printable
 
@@ -31,22 +32,25 @@ def build_parser():
     p.add_argument("--checkpoint", "-c", action="append", required=True, metavar="NAME=PATH",
                    help="a checkpoint to decode (repeat for several; NAME= is optional)")
     p.add_argument("--baseline", help="name the speed ratios are relative to (default: first)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up passes (default 1)")
-    p.add_argument("--warmup-batches", type=int, default=None,
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed warm-up passes (default 1)")
+    p.add_argument("--warmup-batches", type=positive_int, default=None,
                    help="limit each warm-up pass to its first N batches (default: whole pass)")
-    p.add_argument("--repeats", type=int, default=3, help="timed passes per model (default 3)")
-    p.add_argument("--subset", type=int, default=None,
-                   help="decode only N sentences, evenly spaced by id (default: all)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed passes per model (default 3)")
+    p.add_argument("--sentences", type=positive_int, default=None, metavar="N",
+                   help="decode only N sentences of the split, evenly spaced by id (default: "
+                   "all; the split is fairseq-generate's --gen-subset, default test)")
+    p.add_argument("--subset", default=None, help=argparse.SUPPRESS)  # refused: see parse
     p.add_argument("--force-lengths", default=None, metavar="{reference,L}",
                    help="force output lengths: 'reference' (forced decoding of the reference) "
                    "or an int L (every output L tokens + EOS)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch.set_num_threads (default: torch's)")
     p.add_argument("--script", action="store_true",
                    help="decode with fairseq's SequenceGenerator compiled by torch.jit.script "
                    "(same hypotheses; about 30%% less CPU time at batch 1, "
                    "results/archive/scripting/scripting.md)")
     p.add_argument("--references", default=None,
-                   help="raw detokenized references (default <data>/raw/<subset>.<tgt>)")
+                   help="raw detokenized references (default <data>/raw/<gen-subset>.<tgt>)")
     p.add_argument("--out", default=None, help="directory for results.{md,csv,json}, hyps")
     p.add_argument("--trace", action="store_true",
                    help="also write trace.<name>.json to --out: per batch of the first timed "
@@ -62,6 +66,10 @@ def parse(argv=None):
         args = build_parser().parse_args(ours)
     else:
         args, gen = build_parser().parse_known_args(argv)
+    if args.subset is not None:  # --subset is a split in every command (arg_types.SUBSET_HELP)
+        build_parser().error(f"--subset {args.subset}: the number of sentences to decode is "
+                             "--sentences N; the split is fairseq-generate's --gen-subset "
+                             "SPLIT (after --)")
     checkpoints = {}
     for i, spec in enumerate(args.checkpoint):
         name, sep, path = spec.partition("=")
@@ -89,7 +97,7 @@ def main(argv=None):
     try:
         report = benchmark(
             checkpoints, args.data, gen, baseline=args.baseline, warmup=args.warmup,
-            warmup_batches=args.warmup_batches, repeats=args.repeats, subset=args.subset,
+            warmup_batches=args.warmup_batches, repeats=args.repeats, subset=args.sentences,
             force=args.force_lengths, threads=args.threads, references=args.references,
             script=args.script,
             progress=lambda m: print(printable(m), file=sys.stderr, flush=True),

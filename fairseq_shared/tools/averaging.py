@@ -79,6 +79,63 @@ def load_checkpoint(path: str) -> dict:
     return checkpoint_io.load_raw(path)
 
 
+#: Options of a model's architecture that training sets but that do not change the function the
+#: weights compute (regularisation, memory): checkpoints that differ only in these average.
+TRAINING_ONLY = ("checkpoint_activations", "offload_activations", "min_params_to_wrap")
+
+
+def model_options(state: dict) -> Dict[str, object]:
+    """The options that define a checkpoint's model: the flags of its architecture's
+    ``add_args`` (sharing strategy, layers, widths, normalisation ...), without dropout, layer
+    drop and :data:`TRAINING_ONLY`, from ``cfg["model"]`` or the legacy ``args`` (two names of
+    one model, ``shared_transformer`` with cycle sharing and ``transformer_cycle``, agree);
+    ``arch`` alone when the architecture is not registered."""
+    import argparse
+
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    cfg = state.get("cfg")
+    config = cfg.get("model") if isinstance(cfg, dict) else None
+    config = config if config is not None else state.get("args")
+    values = vars(config) if isinstance(config, argparse.Namespace) else dict(config or {})
+    arch = values.get("arch", values.get("_name"))
+    if arch not in ARCH_MODEL_REGISTRY:
+        return {"arch": arch}
+    parser = argparse.ArgumentParser(add_help=False)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    names = {a.dest for a in parser._actions}
+    keep = {n for n in names if n in values and n not in TRAINING_ONLY
+            and "dropout" not in n and "layerdrop" not in n}
+    return {n: values[n] for n in sorted(keep)}
+
+
+def _short(value) -> str:
+    text = str(value.tolist() if torch.is_tensor(value) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def refuse_another_model(path: str, state: dict, reference_path: str, reference: dict) -> None:
+    """Raise :class:`AverageError` naming both files and what differs when ``state`` is not a
+    checkpoint of the model ``reference`` is: an option of :func:`model_options` (a cycle and
+    a cycle_rev model have the same tensors), or a tensor that is not floating-point (a layer
+    map: averaged, it would be a map of neither)."""
+    ours, theirs = model_options(state), model_options(reference)
+    for name in theirs:
+        if name in ours and ours[name] != theirs[name]:
+            flag = "--" + name.replace("_", "-")
+            raise AverageError(
+                f"'{path}' is another model than '{reference_path}': {flag} {_short(ours[name])} "
+                f"against {_short(theirs[name])}; only checkpoints of one model are averaged")
+    for key, value in reference["model"].items():
+        other = state["model"].get(key)
+        if (torch.is_tensor(value) and not value.is_floating_point() and torch.is_tensor(other)
+                and not torch.equal(other, value)):
+            raise AverageError(
+                f"'{path}' is another model than '{reference_path}': its {key} is "
+                f"{_short(other)} against {_short(value)}; only checkpoints of one model are "
+                "averaged")
+
+
 def average_checkpoints(inputs: Sequence[str]) -> dict:
     """Average the ``model`` tensors of ``inputs``; everything else comes from ``inputs[0]``."""
     if not inputs:
@@ -96,6 +153,7 @@ def average_checkpoints(inputs: Sequence[str]) -> dict:
         if reference_keys is None:
             new_state, reference_keys, reference_groups = state, keys, groups
         else:
+            refuse_another_model(path, state, inputs[0], new_state)
             if set(keys) != set(reference_keys):
                 missing = sorted(set(reference_keys) - set(keys))
                 extra = sorted(set(keys) - set(reference_keys))
