@@ -10,7 +10,6 @@ decoding.
 * :func:`locked`: the lock a run holds on its ``--out`` (a second run into it is refused).
 * :func:`check_dictionaries`: the corpus's dictionaries are the ones each teacher was trained
   with (the files its training directory still holds, and its embedding rows).
-* :func:`check_finite`: a teacher's weights are finite.
 """
 
 import contextlib
@@ -142,20 +141,6 @@ def locked(out: str) -> Iterator[None]:
     with held(path, f"--out {out}", f"--out {out}: another distill run is writing into it (it "
               f"holds {path}); wait for it to finish, or use another directory", DistillError):
         yield
-
-
-def check_finite(path: str, model_state: Dict) -> None:
-    """Refuse a teacher whose floating-point weights hold a NaN or an infinity, naming the
-    tensor (its translations would be garbage, or decoding would stop with a traceback)."""
-    import torch
-
-    for name, value in model_state.items():
-        if torch.is_tensor(value) and value.is_floating_point() and value.numel():
-            bad = int((~torch.isfinite(value)).sum())
-            if bad:
-                raise DistillError(f"teacher {path}: {name} holds {bad} non-finite value(s) "
-                                   "(NaN or infinity: a corrupt file or a diverged model); "
-                                   "distil with a checkpoint whose weights are finite")
 
 
 def _symbols(path: str) -> List[str]:
