@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fairseq_shared_installed
 
-.PHONY: demo test test-fast venv sysdeps bench tables
+.PHONY: demo test test-fast venv sysdeps bench tables gpu-bundle
 venv: $(STAMP)
 $(STAMP): scripts/setup_env.sh requirements.txt pyproject.toml
 	bash scripts/setup_env.sh $(VENV)
@@ -22,3 +22,7 @@ test-fast: venv
 
 demo: venv sysdeps
 	$(PY) -m harness.main_job
+
+# the GPU check's bundle (docs/gpu.md): gpu_bundle/, not committed; needs PyPI and the venv
+gpu-bundle: venv
+	BUILD_PYTHON=$(PY) bash scripts/build_gpu_bundle.sh gpu_bundle
