@@ -1,19 +1,16 @@
 """Half precision on this CPU machine (issue 23, item 5): ``fairseq-train
 --memory-efficient-fp16 --cpu`` trains a cycle_rev and a SAN model, the loss falls, tied layers
 stay one tensor (in the fp16 model and in the checkpoint), and the checkpoint decodes. The
-CUDA side (``--fp16``, decoding speed) is ``scripts/gpu_check.py``; its CPU mode runs here."""
+CUDA side (``--fp16``, ``--bf16``, ``--amp``, decoding speed) is ``scripts/gpu_check.sh``; its
+CPU mode is rehearsed by ``tests/test_gpu_bundle.py``."""
 
-import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-from helpers_data import (TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, generate_in_process,
-                          run_tool, shared_toy_corpus)
+from helpers_data import TINY_ARCH, TINY_TRAIN, USER_DIR, data_bin, generate_in_process, run_tool
 
-ROOT = Path(__file__).resolve().parent.parent
 SAN_ARCH = [
     "--user-dir", USER_DIR, "--arch", "transformer_san", "--encoder-layers", "2",
     "--decoder-layers", "4", "--san-self-policy", "2,2", "--san-cross-policy", "2,2",
@@ -80,28 +77,3 @@ def test_fp16_checkpoint_decodes(fp16_run):
                               "--beam", "4", "--batch-size", "4", "--cpu",
                               "--required-batch-size-multiple", "1", "--max-len-b", "12")
     assert len(re.findall(r"^H-\d+\t", out, re.M)) == 12, out[-2000:]
-
-
-def test_gpu_check_cpu_mode(tmp_path, tmp_path_factory):
-    """scripts/gpu_check.py at tiny sizes on the CPU: every stage runs and reports."""
-    import importlib.util
-    import shutil
-
-    # the toy corpus the script builds (same seed and vocabulary), built once per run
-    shutil.copytree(shared_toy_corpus(tmp_path_factory), tmp_path / "toy")
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
-    assert gpu_check.main(["--cpu", "--work", str(tmp_path), "--out",
-                           str(tmp_path / "gpu_check.json"), "--repeats", "1"]) == 0
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert report["device"] == "cpu" and report["precision"] == "memory-efficient-fp16"
-    for name in ("cycle_rev", "san", "vanilla"):
-        run = report["train"][name]
-        assert run["loss_last"] < run["loss_first"], run
-    assert report["exactness"]["incremental_vs_full_max_abs_diff"] < 1e-2
-    assert report["exactness"]["tied_one_tensor"] is True
-    speed = report["decode"]
-    assert speed["san"]["tokens_per_s"] > 0 and speed["vanilla"]["tokens_per_s"] > 0
-    assert speed["san_vs_vanilla"] == pytest.approx(
-        speed["san"]["tokens_per_s"] / speed["vanilla"]["tokens_per_s"], rel=1e-3)
