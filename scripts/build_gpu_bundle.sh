@@ -130,6 +130,9 @@ if total > limit:
     sys.exit(f"[bundle] too big: {total} bytes > {limit}")
 EOF
 mv "$TMP/MANIFEST.sha256.part" "$TMP/MANIFEST.sha256"
+all=$(cat "$TMP"/* | wc -c)  # with MANIFEST.sha256 and bundle.json
+echo "[bundle] the folder: $all bytes"
+(( all <= LIMIT_BYTES )) || { echo "[bundle] too big: $all bytes > $LIMIT_BYTES"; exit 1; }
 rm -rf "$OUT"
 mv "$TMP" "$OUT"
 trap - EXIT

@@ -42,6 +42,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -226,7 +227,11 @@ def train_one(name: str, mode: str, data: Path, work: Path, device: str, s: dict
     if mode != "fp16":  # only the fp16 models are decoded
         cmd += ["--no-save"]
     t0 = time.time()
-    env = dict(os.environ, OMP_NUM_THREADS="1") if device == "cpu" else None
+    if device == "cpu":
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+    else:  # one GPU per run: with several visible, fairseq-train would train data-parallel
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=first, OMP_NUM_THREADS="2")
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=env)
         log, rc = result.stdout + result.stderr, result.returncode
@@ -262,26 +267,34 @@ def stage_train(device: str, out: Path, s: dict, limit: float) -> dict:
     t0 = time.time()
     data = make_corpus(work, s["corpus"])
     runs = [(m, mode) for mode in MODES for m in MODELS] if device == "cuda" else list(CPU_RUNS)
-    # the half-depth vanilla (for the decoding comparison with cycle_rev) and stock --bf16
-    runs += [("vanilla_half", "fp16"), ("vanilla", "bf16_stock")]
+    # the half-depth vanilla (decoded against cycle_rev) and stock --bf16, early: the fp16
+    # models that the decode stage needs come first
+    runs[len(MODELS):len(MODELS)] = [("vanilla_half", "fp16"), ("vanilla", "bf16_stock")]
     deadline = t0 + limit - 10
+    results, lock = {}, threading.Lock()
+    note = ("fairseq 0.12: --bf16 sets --tpu (options.parse_args_and_arch), so the trainer "
+            "asks torch_xla for its device; the bf16 rows ran through `gpu_check.py "
+            "fairseq-train-bf16`, fairseq-train with that implication removed")
+
+    def summary(done: bool) -> dict:
+        rows = [results[r] for r in runs if r in results]
+        return {"ok": done and all(r["status"] in ("ok", "expected-fail") for r in rows),
+                "complete": done, "runs": rows, "corpus": str(data),
+                "seconds": round(time.time() - t0, 1), "parallel": s["parallel"],
+                "updates": s["updates"], "bf16_note": note}
 
     def one(run):
         name, mode = run
         updates = 2 if mode == "bf16_stock" else s["updates"]
         left = max(5.0, deadline - time.time())
-        return train_one(name, mode, data, work, device, s, updates, left)
+        result = train_one(name, mode, data, work, device, s, updates, left)
+        with lock:  # a stage killed at its limit keeps the runs done so far
+            results[run] = result
+            write_stage(out, "train", summary(False))
 
     with ThreadPoolExecutor(max_workers=s["parallel"]) as pool:
-        results = list(pool.map(one, runs))
-    ok = all(r["status"] in ("ok", "expected-fail") for r in results)
-    return {"ok": ok, "runs": results, "corpus": str(data),
-            "seconds": round(time.time() - t0, 1), "parallel": s["parallel"],
-            "updates": s["updates"],
-            "bf16_note": "fairseq 0.12: --bf16 sets --tpu (options.parse_args_and_arch), so "
-                         "the trainer asks torch_xla for its device; the bf16 rows ran "
-                         "through `gpu_check.py fairseq-train-bf16`, fairseq-train with "
-                         "that implication removed"}
+        list(pool.map(one, runs))
+    return summary(True)
 
 
 def fairseq_train_bf16(argv: list) -> None:
@@ -461,6 +474,8 @@ def stage_decode(device: str, out: Path, s: dict) -> dict:
     import torch
     from fairseq.sequence_generator import SequenceGenerator
 
+    if not (out / "stages" / "train.json").exists():
+        return {"ok": False, "error": "the train stage wrote no results"}
     train = json.loads((out / "stages" / "train.json").read_text())
     paths = {r["model"]: r["checkpoint"] for r in train["runs"]
              if r["mode"] == "fp16" and r["status"] == "ok"}

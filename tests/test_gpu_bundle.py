@@ -162,8 +162,9 @@ def test_rehearsal_installs_from_the_bundle_alone_and_runs_every_stage(tmp_path)
                            text=True, timeout=900)
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
     info = json.loads((bundle / "bundle.json").read_text())
-    assert info["total_bytes"] == sum(f.stat().st_size for f in bundle.iterdir()
-                                      if f.name not in ("bundle.json",)) <= LIMIT_BYTES
+    listed = (bundle / "MANIFEST.sha256").read_text().split()[1::2]
+    assert info["total_bytes"] == sum((bundle / name).stat().st_size for name in listed)
+    assert sum(f.stat().st_size for f in bundle.iterdir()) <= LIMIT_BYTES
 
     # "a torch install": torch, what it requires, and numpy, linked into a folder of their own
     site = tmp_path / "machine_site"
@@ -180,18 +181,24 @@ def test_rehearsal_installs_from_the_bundle_alone_and_runs_every_stage(tmp_path)
     report = json.loads((out / "report.json").read_text())
     assert report["ok"], output[-6000:]
     assert [r["stage"] for r in report["stages"]] == [
-        "verify", "venv", "install", "env", "train", "exactness", "decode", "tests", "report"]
+        "verify", "venv", "install", "env", "train", "exactness", "decode", "tests"]
+    check_rehearsal(out, report, torch_dists, env)
 
+
+def check_rehearsal(out: Path, report: dict, torch_dists: list, env: dict) -> None:
     # the environment holds the bundle's packages, the plug-in and pip, nothing else
-    listed = subprocess.run([str(out / "venv" / "bin" / "python"), "-c",
-                             "import importlib.metadata as m, json, sys; print(json.dumps(sorted("
-                             "{d.metadata['Name'].lower() for d in m.distributions(path=sys.path[:4])})))"],
-                            capture_output=True, text=True, env=env, cwd=tmp_path)
-    own = set(json.loads(listed.stdout)) - {d.replace("_", "-") for d in torch_dists}
+    dists = subprocess.run([str(out / "venv" / "bin" / "python"), "-c",
+                             "import importlib.metadata as m, json, sysconfig; print(json.dumps(sorted("
+                             "{d.metadata['Name'].lower() for d in m.distributions("
+                             "path=[sysconfig.get_paths()['purelib']])})))"],
+                            capture_output=True, text=True, env=env, cwd=out)
+    own = set(json.loads(dists.stdout)) - {d.replace("_", "-") for d in torch_dists}
     allowed = {n.replace("_", "-") for n in bundle_spec()} | {"fairseq-shared", "pip"}
     assert own - {"fairseq-shared"} and own <= allowed | {n.replace("-", "_") for n in allowed}, own
 
     env_info, train = report["env"], report["train"]
+    # the torch-only site has none of them: all three stand-ins are used
+    assert sorted(env_info["standins"]) == ["lxml", "scipy", "sklearn"]
     assert env_info["fairseq"] == "0.12.3.1" and env_info["torch"] == metadata.version("torch")
     assert env_info["fairseq_file"].startswith(str(out / "venv"))
     runs = {(r["model"], r["mode"]): r for r in train["runs"]}
