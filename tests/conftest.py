@@ -103,7 +103,7 @@ def _spawning(item) -> bool:
 # start first and the many light files fill the workers' gaps at the end, instead of one
 # heavy file starting last on one worker while the other idles.
 HEAVY_FIRST = (
-    "test_timing.py", "test_budget_curve.py", "test_quickstart.py", "test_export.py",
+    "test_gpu_bundle.py", "test_timing.py", "test_budget_curve.py", "test_quickstart.py", "test_export.py",
     "test_trace.py", "test_queue.py", "test_half_precision.py", "test_install.py",
     "test_torn_resume.py", "test_export_hf.py", "test_main_job.py", "test_shared_lm.py",
     "test_audit.py", "test_hf_shared.py", "test_evidence.py", "test_dead_code.py",
