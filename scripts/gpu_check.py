@@ -226,6 +226,8 @@ def train_one(name: str, mode: str, data: Path, work: Path, device: str, s: dict
     ]
     if mode != "fp16":  # only the fp16 models are decoded
         cmd += ["--no-save"]
+    else:  # saved once, at the end (not at every epoch of the small corpus)
+        cmd += ["--save-interval", "100000"]
     t0 = time.time()
     if device == "cpu":
         env = dict(os.environ, OMP_NUM_THREADS="1")
