@@ -16,6 +16,8 @@ from helpers_model import TINY, parse_args
 torch.set_num_threads(1)
 #: a deep shared encoder under a shallow decoder: 12 layers over 6 sets by cycle_rev, 1 decoder
 #: layer (the budget's cycle_rev_4L_dec1)
+#: what every command of the package adds to its one-line error (cli/errors.py)
+DEBUG = " (--debug shows the traceback)"
 DEEP_SHARED_ENCODER = ["--encoder-layers", "12", "--encoder-share-strategy", "cycle_rev",
                        "--encoder-unique-layers", "6", "--decoder-layers", "1"]
 
@@ -32,6 +34,17 @@ def save_random_checkpoint(path, data, flags, seed=1):
     torch.save({"args": args, "cfg": None, "model": model.state_dict(),
                 "optimizer_history": history, "extra_state": {}}, path)
     return path
+
+
+def _export_cli(*argv):
+    """The export's command line; its exit status (an error exits through SystemExit, as in
+    every command of the package: cli/errors.py)."""
+    from fairseq_shared.cli.export import main
+
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as stop:
+        return stop.code
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +107,19 @@ def test_a_corrupted_export_fails_and_names_the_sentence(weak_model, tmp_path):
     """One weight of the CTranslate2 model changed: the check fails, naming sentences."""
     from fairseq_shared.export import ct2 as ct2_lib
     from fairseq_shared.export.verify import verify_translation
-    from fairseq_shared.export.plain import load_shared, plain_checkpoint, write_plain
+    from fairseq_shared.export import kinds
+    from fairseq_shared.export.plain import load_shared, plain_checkpoint, write_inputs
     from fairseq_shared.export.verify import summary_line
 
     checkpoint, data = weak_model
     loaded = load_shared(str(checkpoint), str(data))
-    write_plain(loaded, str(tmp_path))
+    write_inputs(loaded, str(tmp_path), None)
     state = plain_checkpoint(loaded, str(tmp_path))
     weight = state["model"]["decoder.layers.1.fc2.weight"].clone()
     weight[3, 5] += 0.5
     state["model"]["decoder.layers.1.fc2.weight"] = weight
-    corrupt = ct2_lib.convert(state, str(tmp_path), str(tmp_path / "ct2"))
+    corrupt = ct2_lib.convert(kinds.of(loaded.kind).legacy_checkpoint(state), str(tmp_path),
+                              str(tmp_path / "ct2"))
     task = loaded.task
     task.load_dataset("test")
     dataset = task.dataset("test")
@@ -194,30 +209,26 @@ def test_san_model_is_refused_saying_why(tmp_path, tmp_path_factory):
 
 
 def test_cli_reports_and_refuses_bad_flags(exported, tmp_path, tmp_path_factory, capsys):
-    from fairseq_shared.cli.export import main
-
     checkpoint, _, _ = exported
-    assert main([str(checkpoint), "--out", str(tmp_path), "--sentences", "3",
-                 "--data", str(data_bin(tmp_path_factory))]) == 0
+    assert _export_cli(checkpoint, "--out", tmp_path, "--sentences", "3",
+                       "--data", data_bin(tmp_path_factory)) == 0
     assert "fairseq_plain_vs_shared: model agrees on 3/3 sentences" in capsys.readouterr().out
-    assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path)]) == 2
+    assert _export_cli(tmp_path / "missing.pt", "--out", tmp_path) == 2
     assert "no such checkpoint file" in capsys.readouterr().err
     for flag, value, allowed in (("--sentences", "-1", "an integer >= 0"),
                                  ("--beam", "0", "an integer >= 1"),
                                  ("--max-len-b", "-5", "an integer >= 1"),
                                  ("--max-len-a", "nan", "a finite number >= 0")):
-        assert main([str(checkpoint), "--out", str(tmp_path / "x"), flag, value]) == 2
+        assert _export_cli(checkpoint, "--out", tmp_path / "x", flag, value) == 2
         err = capsys.readouterr().err.strip()
         assert err == f"export: error: {flag} {value}: must be {allowed}" + (
-            " (0: no verification)" if flag == "--sentences" else "")
+            " (0: no verification)" if flag == "--sentences" else "") + DEBUG
     assert not (tmp_path / "x").exists()
 
 
 def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_factory, capsys):
     """issue 20: ``--out`` the checkpoint's own directory replaced the training checkpoint."""
     import shutil
-
-    from fairseq_shared.cli.export import main
 
     checkpoint, _, _ = exported
     data = data_bin(tmp_path_factory)
@@ -226,16 +237,16 @@ def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_fac
     own = run / "checkpoint.pt"
     shutil.copy(checkpoint, own)
     before = own.read_bytes()
-    assert main([str(own), "--out", str(run), "--sentences", "0", "--data", str(data)]) == 2
+    assert _export_cli(own, "--out", run, "--sentences", "0", "--data", data) == 2
     err = capsys.readouterr().err
     assert f"the export would overwrite the input CHECKPOINT '{own}'" in err
     inner = run / "ct2"
     inner.mkdir()
     shutil.copy(checkpoint, inner / "best.pt")
-    assert main([str(inner / "best.pt"), "--out", str(run), "--ct2", "--sentences", "0"]) == 2
+    assert _export_cli(inner / "best.pt", "--out", run, "--ct2", "--sentences", "0") == 2
     assert f"would replace '{inner}', which holds the input CHECKPOINT" in capsys.readouterr().err
     dict_before = (data / "dict.src.txt").read_bytes()
-    assert main([str(checkpoint), "--out", str(data), "--sentences", "0"]) == 2
+    assert _export_cli(checkpoint, "--out", data, "--sentences", "0") == 2
     assert "would overwrite the dictionary dict.src.txt of --data" in capsys.readouterr().err
     assert own.read_bytes() == before and (data / "dict.src.txt").read_bytes() == dict_before
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "ct2"]
@@ -276,12 +287,6 @@ def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_f
 
 
 # ---- the export owns its directory (issue 38, item 1) -------------------------------------------
-
-
-def _export_cli(*argv):
-    from fairseq_shared.cli.export import main
-
-    return main([str(a) for a in argv])
 
 
 def _hashes_match(out):
@@ -337,14 +342,16 @@ def test_out_holding_anything_but_an_export_is_refused_and_leftovers_go(
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"export: error: --out {out}: holds notes.txt, runs/, not an earlier export "
-                   "(no export.json); choose another --out, or pass --force to replace it whole")
+                   "(no export.json); choose another --out, or pass --force to replace it whole"
+                   + DEBUG)
     assert (out / "notes.txt").read_text() == "mine"
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data,
                        "--force") == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "checkpoint.pt", "dict.src.txt", "dict.tgt.txt", "export.json"]
-    (out / "ct2").mkdir()  # as an earlier export --ct2 left it
-    (out / "ct2" / "model.bin").write_bytes(b"A's model")
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data,
+                       "--ct2") == 0  # an earlier export --ct2: its export.json lists ct2/
+    assert (out / "ct2" / "model.bin").exists()
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
     assert not (out / "ct2").exists()  # replaced whole: nothing of the earlier export stays
     _hashes_match(out)
