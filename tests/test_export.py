@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 
 import pytest
 import torch
@@ -406,3 +407,124 @@ def test_a_failed_check_moves_nothing_into_place(weak_model, tmp_path, monkeypat
     monkeypatch.setattr(api, "_passed", lambda report: False)
     report = export(str(checkpoint), str(out), data=str(data), sentences=2)
     assert not report["ok"] and not out.exists() and _nothing_beside(out)
+
+
+# ---- only what an earlier export lists is replaced (issue 57, data loss 1-2; tracebacks) ----------
+
+
+def test_files_an_earlier_export_does_not_list_are_named_and_kept(exported, tmp_path,
+                                                                  tmp_path_factory, capsys):
+    """issue 57, data loss 1: a re-export deleted the user's notes beside an earlier export."""
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    out = tmp_path / "d"
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
+    previous = _hashes_match(out)
+    (out / "NOTES.md").write_text("mine")
+    (out / "bench").mkdir()
+    (out / "bench" / "run.txt").write_text("timings")
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"export: error: --out {out}: holds NOTES.md, bench/, which the earlier export "
+                   "there does not list (its export.json), and the export replaces the directory "
+                   "whole; move them out, choose another --out, or pass --force to replace it "
+                   "whole" + DEBUG)
+    assert (out / "NOTES.md").read_text() == "mine"
+    assert (out / "bench" / "run.txt").read_text() == "timings"
+    (out / "NOTES.md").unlink()
+    shutil.rmtree(out / "bench")
+    assert _hashes_match(out) == previous  # the earlier export untouched too
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
+
+
+def test_a_stray_export_json_is_no_export_to_replace(exported, tmp_path, tmp_path_factory, capsys):
+    """issue 57, data loss 2: any directory with an export.json was replaced whole."""
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    for name, files in (("u", {"thesis.tex": "draft", "export.json": '{"plain_checkpoint": null}'}),
+                        ("v", {"export.json": '{"plain_checkpoint": null, "sha256": {}}'})):
+        out = tmp_path / name
+        out.mkdir()
+        for f, text in files.items():
+            (out / f).write_text(text)
+        assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"export: error: --out {out}: holds {', '.join(sorted(files))}, not an "
+                       "earlier export (its export.json lists no files); choose another --out, "
+                       "or pass --force to replace it whole" + DEBUG)
+        assert {f: (out / f).read_text() for f in files} == files
+
+
+def test_an_empty_out_and_a_mount_point_are_refused_before_the_work(exported, tmp_path,
+                                                                    monkeypatch, capsys):
+    """issue 57: `--out ""` did the whole export, then failed; a mount point failed with EBUSY
+    after all the work (its rename cannot succeed)."""
+    from fairseq_shared.export import api
+
+    checkpoint, _, _ = exported
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the export started its work")
+
+    monkeypatch.setattr(api, "load_shared", no_work)
+    assert _export_cli(checkpoint, "--out", "", "--sentences", "0") == 2
+    assert capsys.readouterr().err.strip() == (
+        "export: error: --out '': names no directory; give the directory to write the export "
+        "into" + DEBUG)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: os.path.abspath(p) == str(mount)
+                        or real_ismount(p))
+    assert _export_cli(checkpoint, "--out", mount, "--sentences", "0") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"export: error: --out {mount}: is a mount point, which the export cannot replace (it "
+        "writes beside --out and renames the result into place); pass a directory inside it"
+        + DEBUG)
+
+
+def test_a_full_disk_names_the_file_being_written_not_an_input(tmp_path):
+    """issue 57: at 300 KB free the export blamed its input spm.model (shutil's copy names the
+    source first), at 1,100 KB it printed a transformers traceback (the tokenizers library
+    raises no OSError)."""
+    import errno
+
+    from fairseq_shared.export.directory import write_error
+
+    staging, out = str(tmp_path / ".d.export-staging-x"), "d"
+    os.makedirs(os.path.join(staging, "hf"))
+    copy = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    copy.filename, copy.filename2 = "/data/spm.model", os.path.join(staging, "spm.model")
+    tail = ("No space left on device (ENOSPC); free space there, or choose another --out; "
+            "nothing was moved into --out d (an earlier export there is kept)")
+    assert str(write_error(copy, staging, out)) == (
+        f"--out d: the disk is full, writing d/spm.model: {tail}")
+    with open(os.path.join(staging, "hf", "tokenizer.json"), "w") as f:
+        f.write("{")  # the file a writer that names none was writing
+    rust = Exception("No space left on device (os error 28)")
+    assert str(write_error(rust, staging, out)) == (
+        f"--out d: the disk is full, writing d/hf/tokenizer.json: {tail}")
+    denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                             os.path.join(staging, "ct2"))
+    assert str(write_error(denied, staging, out)) == (
+        "d/ct2: cannot write it: Permission denied; nothing was moved into --out d (an earlier "
+        "export there is kept)")
+    assert write_error(ValueError("a bug"), staging, out) is None  # not a write failure
+
+
+def test_export_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
+    """issue 54: export had its own error line and rejected --debug (cli/errors.py now)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "fairseq_shared.cli.export", str(tmp_path / "missing.pt"),
+            "--out", str(tmp_path / "o")]
+    plain = subprocess.run(argv, capture_output=True, text=True)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().splitlines()[-1] == (
+        f"export: error: {tmp_path / 'missing.pt'}: no such checkpoint file" + DEBUG)
+    debug = subprocess.run(argv + ["--debug"], capture_output=True, text=True)
+    assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == (
+        f"fairseq_shared.checkpoint_io.CheckpointError: {tmp_path / 'missing.pt'}: no such "
+        "checkpoint file")

@@ -55,7 +55,8 @@ def command(main=None, *, status: int = 1):
             return main(argv)
         except USER_ERRORS as error:
             if debug_enabled():
-                raise
+                error.fairseq_shared_debug = True  # the excepthook (compat, 8) runs after the
+                raise  # environment is restored below: it keeps the traceback by this mark
             print(f"{tool_name(main.__module__)}: error: {one_line(error)} (--debug shows the traceback)",
                   file=sys.stderr)
             raise SystemExit(status)

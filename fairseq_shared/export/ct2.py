@@ -12,6 +12,7 @@ to every type CTranslate2's converter writes instead (:data:`QUANTIZATIONS`).
 CTranslate2 aliases equal tensors when it saves, so ``model.bin`` stores each tied weight once.
 """
 
+import io
 import os
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -36,9 +37,12 @@ def convert(legacy_checkpoint: dict, dict_dir: str, out_dir: str,
         raise ValueError(
             f"--quantization: unknown value '{quantization}'; allowed: {', '.join(QUANTIZATIONS)}"
         )
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir))) as tmp:
         path = os.path.join(tmp, "legacy_args.pt")
-        torch.save(legacy_checkpoint, path)
+        buffer = io.BytesIO()  # torch's file writer reports a full disk as "unexpected pos"
+        torch.save(legacy_checkpoint, buffer)
+        with open(path, "wb") as f:
+            f.write(buffer.getbuffer())
         FairseqConverter(path, dict_dir).convert(out_dir, quantization=quantization, force=True)
     return out_dir
 

@@ -74,7 +74,7 @@ def unlisted(out_dir: str, listed: Set[str]) -> List[str]:
                     dirs.remove(name)  # named whole, not file by file
             elif relative not in listed:
                 extra.append(relative)
-    return extra
+    return sorted(extra)
 
 
 def _ancestors(relative: str) -> List[str]:
@@ -172,9 +172,22 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
+def _apply_umask(directory: str) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    for root, dirs, files in os.walk(directory):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~umask)
+
+
 def publish(staging: str, out_dir: str) -> None:
     """Put the checked ``staging`` directory in the place of ``out_dir`` (replaced whole:
-    moved aside, then removed)."""
+    moved aside, then removed), its modes the user's umask's (``mkdtemp`` and some writers,
+    transformers' among them, make files only their owner reads)."""
+    _apply_umask(staging)
     old = None
     if os.path.lexists(out_dir):
         old = tempfile.mkdtemp(prefix=os.path.basename(_beside(out_dir, _OLD)),
@@ -215,9 +228,6 @@ def staged(out_dir: str, force: bool = False) -> Iterator[str]:
         try:
             staging = tempfile.mkdtemp(prefix=os.path.basename(_beside(out_dir, _STAGING)),
                                        dir=parent)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(staging, 0o777 & ~umask)  # as mkdir would create it (mkdtemp: 0700)
         except OSError as e:
             raise ExportError(f"--out {out_dir}: cannot write beside it in {parent}: "
                               f"{e.strerror or e}")
@@ -251,10 +261,17 @@ def _full_disk(error: BaseException) -> bool:
     return False
 
 
+def _newest_file(directory: str) -> Optional[str]:
+    """The file under ``directory`` written last (a writer that names no path was writing it
+    when it failed)."""
+    files = [os.path.join(root, n) for root, _, names in os.walk(directory) for n in names]
+    return max(files, key=lambda f: os.lstat(f).st_mtime_ns, default=None)
+
+
 def write_error(error: BaseException, staging: str, out_dir: str) -> Optional[ExportError]:
     """``error``, raised while the export wrote into ``staging``, as one line that names the
-    file being written (as its path in ``out_dir`` will be) and the cause; None when it is no
-    write failure. A full disk says so, whoever wrote (torch, CTranslate2, transformers,
+    file being written (as its path in ``out_dir`` will be; a writer that names none: the
+    file written last) and the cause; None when it is no write failure. A full disk says so, whoever wrote (torch, CTranslate2, transformers,
     ``shutil``, whose copy names the source first: the destination is the one named)."""
     def shown(path) -> Optional[str]:
         path = os.path.abspath(str(path))
@@ -266,11 +283,11 @@ def write_error(error: BaseException, staging: str, out_dir: str) -> Optional[Ex
              for p in (e.filename2, e.filename) if p is not None]
     paths += [shown(m.group()) for e in _chain(error)  # a message that names the file
               for m in [re.search(re.escape(staging) + r"[^\s:;']*", str(e))] if m]
-    written = next((p for p in paths if p), None)
+    written = next((p for p in paths if p), None) or shown(_newest_file(staging) or staging)
     unchanged = f"nothing was moved into --out {out_dir} (an earlier export there is kept)"
     if _full_disk(error):
-        return ExportError(f"--out {out_dir}: the disk is full, writing "
-                           f"{written or 'the export'}: No space left on device (ENOSPC); "
+        return ExportError(f"--out {out_dir}: the disk is full, writing {written}: "
+                           "No space left on device (ENOSPC); "
                            f"free space there, or choose another --out; {unchanged}")
     os_error = next((e for e in _chain(error) if isinstance(e, OSError)), None)
     if written and os_error is not None:
