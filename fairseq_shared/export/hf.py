@@ -270,5 +270,9 @@ def write(loaded, out_dir: str, generation: Dict, target: str, spm: Optional[str
     if target == SHARED:
         check_ties(model, loaded.model)
     model.generation_config = hf_generation.generation_config(tgt, **generation)
+    if target == SHARED:
+        from fairseq_shared.export.hf_shared_model import auto_map
+
+        model.config.auto_map = auto_map()  # AutoModel too
     model.save_pretrained(out_dir)
     return hf_tokenizer.write(out_dir, src, tgt, spm)
