@@ -437,6 +437,18 @@ def test_files_an_earlier_export_does_not_list_are_named_and_kept(exported, tmp_
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
 
 
+def test_a_file_beside_the_listed_ones_in_their_own_folder_is_unlisted(tmp_path):
+    """A ``ct2/serving.yaml`` beside an earlier export's ``ct2/model.bin``; an empty folder."""
+    from fairseq_shared.export.directory import unlisted
+
+    (tmp_path / "ct2").mkdir()
+    for name in ("ct2/model.bin", "ct2/serving.yaml", "export.json"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "empty").mkdir()
+    assert unlisted(str(tmp_path), {"ct2/model.bin", "export.json"}) == [
+        "ct2/serving.yaml", "empty/"]
+
+
 def test_a_stray_export_json_is_no_export_to_replace(exported, tmp_path, tmp_path_factory, capsys):
     """issue 57, data loss 2: any directory with an export.json was replaced whole."""
     checkpoint, _, _ = exported
