@@ -23,10 +23,10 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", help="a fairseq-shared checkpoint (shared_transformer, or "
                    "shared_transformer_lm; a SAN model with --hf only)")
     p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/ "
-                   "(written beside it, moved into place once verified; it may hold only an "
-                   "earlier export)")
+                   "(written beside it, moved into place once verified; it may hold only the "
+                   "files an earlier export's export.json lists)")
     p.add_argument("--force", action="store_true",
-                   help="replace --out whole even if it holds something else than an export")
+                   help="replace --out whole even if it holds files an earlier export did not write")
     p.add_argument("--ct2", action="store_true", help="also write a CTranslate2 model (float32)")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="with --ct2: also a quantized CTranslate2 model in DIR/ct2_<type>")
