@@ -95,8 +95,9 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     (:func:`fairseq_shared.export.verify.verify_lm`). Refuses, before writing anything, an
     ``out_dir`` that would overwrite one of its inputs, that names no directory or a mount
     point, or that holds anything but the files an earlier export's ``export.json`` lists
-    (``force``: replace it whole). A full disk is one :class:`ExportError` naming the file. Written beside ``out_dir`` and moved into
-    place only when the check passes (:mod:`.directory`). Returns the report (also
+    (``force``: replace it whole). A full disk is one :class:`ExportError` naming the file.
+    Written beside ``out_dir`` and moved into place only when the check passes
+    (:mod:`.directory`). Returns the report (also
     ``out_dir/export.json``, with the sha256 of every file it vouches for)."""
     validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2, hf, hf_form,
              out_dir)

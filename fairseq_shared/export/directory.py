@@ -8,9 +8,10 @@ earlier export's ``export.json`` lists (its ``sha256``) and that ``export.json``
 (a file of the user's beside them, or a stray ``export.json`` that lists no files) is refused,
 naming it, unless ``--force`` replaces the directory whole. The new directory gets the user's
 umask (``mkdtemp`` makes it 0700). A mount point cannot be renamed, so it is refused before the
-work (:func:`refuse_unreplaceable`). A lock beside it (``.NAME.export-lock``) makes a second concurrent export
-into the same ``--out`` refuse. ``export.json`` vouches for the files by their sha256
-(:func:`file_hashes`).
+work (:func:`refuse_unreplaceable`). A lock beside it (``.NAME.export-lock``) makes a second
+concurrent export into the same ``--out`` refuse. ``export.json`` vouches for the files by their
+sha256 (:func:`file_hashes`). A write that fails (a full disk) is one line naming the file
+(:func:`write_error`).
 """
 
 import contextlib
@@ -271,8 +272,9 @@ def _newest_file(directory: str) -> Optional[str]:
 def write_error(error: BaseException, staging: str, out_dir: str) -> Optional[ExportError]:
     """``error``, raised while the export wrote into ``staging``, as one line that names the
     file being written (as its path in ``out_dir`` will be; a writer that names none: the
-    file written last) and the cause; None when it is no write failure. A full disk says so, whoever wrote (torch, CTranslate2, transformers,
-    ``shutil``, whose copy names the source first: the destination is the one named)."""
+    file written last) and the cause; None when it is no write failure. A full disk says so,
+    whoever wrote (torch, CTranslate2, transformers, ``shutil``, whose copy names the source
+    first: the destination is the one named)."""
     def shown(path) -> Optional[str]:
         path = os.path.abspath(str(path))
         if path == staging or path.startswith(staging + os.sep):

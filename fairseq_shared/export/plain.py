@@ -21,7 +21,6 @@ fairseq's Transformer layer nor CTranslate2's can do. The shared Hugging Face fo
 
 import logging
 import os
-import shutil
 from typing import Dict, Optional
 
 import torch
@@ -143,7 +142,7 @@ def write_inputs(loaded: Loaded, out_dir: str, spm: Optional[str]) -> None:
     os.makedirs(out_dir, exist_ok=True)
     kinds.of(loaded.kind).write_dictionaries(loaded.task, out_dir)
     if spm:
-        shutil.copy(spm, os.path.join(out_dir, os.path.basename(spm)))
+        checkpoint_io.copy_file(spm, os.path.join(out_dir, os.path.basename(spm)))
 
 
 def sentencepiece_model(cfg) -> Optional[str]:
