@@ -176,6 +176,10 @@ def test_the_shared_form_checks_the_recorded_sha256_and_its_config(client, tmp_p
     weights.write_bytes(bytes(corrupt))
     fails(f"ValueError: {weights}: its sha256 is not the one {out / 'export.json'} records (the "
           "file changed after the export wrote it); export again")
+    from fairseq_shared.export.hf_generation import HFEngine
+
+    with pytest.raises(ValueError, match="model.safetensors: its sha256 is not the one"):
+        HFEngine(str(out / "hf"), pad=1, eos=2)  # the package's engine (timing), either form
     weights.write_bytes(original)
     config_path = out / "hf" / "config.json"
     config = json.loads(config_path.read_text())
