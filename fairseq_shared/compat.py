@@ -567,7 +567,8 @@ def report_checkpoint_errors_in_one_line() -> None:
         from fairseq_shared.checkpoint_io import debug_enabled
         from fairseq_shared.errors import FairseqSharedError, one_line
 
-        if issubclass(kind, FairseqSharedError) and not debug_enabled():
+        if (issubclass(kind, FairseqSharedError) and not debug_enabled()
+                and not getattr(error, "fairseq_shared_debug", False)):  # --debug: cli/errors.py
             tool = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "fairseq"
             print(f"{tool}: error: {one_line(error)} "
                   f"(FAIRSEQ_SHARED_DEBUG=1 shows the traceback)", file=sys.stderr)

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ from helpers_model import TINY, parse_args
 torch.set_num_threads(1)
 #: a deep shared encoder under a shallow decoder: 12 layers over 6 sets by cycle_rev, 1 decoder
 #: layer (the budget's cycle_rev_4L_dec1)
+#: what every command of the package adds to its one-line error (cli/errors.py)
+DEBUG = " (--debug shows the traceback)"
 DEEP_SHARED_ENCODER = ["--encoder-layers", "12", "--encoder-share-strategy", "cycle_rev",
                        "--encoder-unique-layers", "6", "--decoder-layers", "1"]
 
@@ -32,6 +35,17 @@ def save_random_checkpoint(path, data, flags, seed=1):
     torch.save({"args": args, "cfg": None, "model": model.state_dict(),
                 "optimizer_history": history, "extra_state": {}}, path)
     return path
+
+
+def _export_cli(*argv):
+    """The export's command line; its exit status (an error exits through SystemExit, as in
+    every command of the package: cli/errors.py)."""
+    from fairseq_shared.cli.export import main
+
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as stop:
+        return stop.code
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +108,19 @@ def test_a_corrupted_export_fails_and_names_the_sentence(weak_model, tmp_path):
     """One weight of the CTranslate2 model changed: the check fails, naming sentences."""
     from fairseq_shared.export import ct2 as ct2_lib
     from fairseq_shared.export.verify import verify_translation
-    from fairseq_shared.export.plain import load_shared, plain_checkpoint, write_plain
+    from fairseq_shared.export import kinds
+    from fairseq_shared.export.plain import load_shared, plain_checkpoint, write_inputs
     from fairseq_shared.export.verify import summary_line
 
     checkpoint, data = weak_model
     loaded = load_shared(str(checkpoint), str(data))
-    write_plain(loaded, str(tmp_path))
+    write_inputs(loaded, str(tmp_path), None)
     state = plain_checkpoint(loaded, str(tmp_path))
     weight = state["model"]["decoder.layers.1.fc2.weight"].clone()
     weight[3, 5] += 0.5
     state["model"]["decoder.layers.1.fc2.weight"] = weight
-    corrupt = ct2_lib.convert(state, str(tmp_path), str(tmp_path / "ct2"))
+    corrupt = ct2_lib.convert(kinds.of(loaded.kind).legacy_checkpoint(state), str(tmp_path),
+                              str(tmp_path / "ct2"))
     task = loaded.task
     task.load_dataset("test")
     dataset = task.dataset("test")
@@ -194,30 +210,26 @@ def test_san_model_is_refused_saying_why(tmp_path, tmp_path_factory):
 
 
 def test_cli_reports_and_refuses_bad_flags(exported, tmp_path, tmp_path_factory, capsys):
-    from fairseq_shared.cli.export import main
-
     checkpoint, _, _ = exported
-    assert main([str(checkpoint), "--out", str(tmp_path), "--sentences", "3",
-                 "--data", str(data_bin(tmp_path_factory))]) == 0
+    assert _export_cli(checkpoint, "--out", tmp_path, "--sentences", "3",
+                       "--data", data_bin(tmp_path_factory)) == 0
     assert "fairseq_plain_vs_shared: model agrees on 3/3 sentences" in capsys.readouterr().out
-    assert main([str(tmp_path / "missing.pt"), "--out", str(tmp_path)]) == 2
+    assert _export_cli(tmp_path / "missing.pt", "--out", tmp_path) == 2
     assert "no such checkpoint file" in capsys.readouterr().err
     for flag, value, allowed in (("--sentences", "-1", "an integer >= 0"),
                                  ("--beam", "0", "an integer >= 1"),
                                  ("--max-len-b", "-5", "an integer >= 1"),
                                  ("--max-len-a", "nan", "a finite number >= 0")):
-        assert main([str(checkpoint), "--out", str(tmp_path / "x"), flag, value]) == 2
+        assert _export_cli(checkpoint, "--out", tmp_path / "x", flag, value) == 2
         err = capsys.readouterr().err.strip()
         assert err == f"export: error: {flag} {value}: must be {allowed}" + (
-            " (0: no verification)" if flag == "--sentences" else "")
+            " (0: no verification)" if flag == "--sentences" else "") + DEBUG
     assert not (tmp_path / "x").exists()
 
 
 def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_factory, capsys):
     """issue 20: ``--out`` the checkpoint's own directory replaced the training checkpoint."""
     import shutil
-
-    from fairseq_shared.cli.export import main
 
     checkpoint, _, _ = exported
     data = data_bin(tmp_path_factory)
@@ -226,16 +238,16 @@ def test_export_refuses_to_overwrite_its_inputs(exported, tmp_path, tmp_path_fac
     own = run / "checkpoint.pt"
     shutil.copy(checkpoint, own)
     before = own.read_bytes()
-    assert main([str(own), "--out", str(run), "--sentences", "0", "--data", str(data)]) == 2
+    assert _export_cli(own, "--out", run, "--sentences", "0", "--data", data) == 2
     err = capsys.readouterr().err
     assert f"the export would overwrite the input CHECKPOINT '{own}'" in err
     inner = run / "ct2"
     inner.mkdir()
     shutil.copy(checkpoint, inner / "best.pt")
-    assert main([str(inner / "best.pt"), "--out", str(run), "--ct2", "--sentences", "0"]) == 2
+    assert _export_cli(inner / "best.pt", "--out", run, "--ct2", "--sentences", "0") == 2
     assert f"would replace '{inner}', which holds the input CHECKPOINT" in capsys.readouterr().err
     dict_before = (data / "dict.src.txt").read_bytes()
-    assert main([str(checkpoint), "--out", str(data), "--sentences", "0"]) == 2
+    assert _export_cli(checkpoint, "--out", data, "--sentences", "0") == 2
     assert "would overwrite the dictionary dict.src.txt of --data" in capsys.readouterr().err
     assert own.read_bytes() == before and (data / "dict.src.txt").read_bytes() == dict_before
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "ct2"]
@@ -276,12 +288,6 @@ def test_bench_export_writes_the_deployment_table(exported, tmp_path, tmp_path_f
 
 
 # ---- the export owns its directory (issue 38, item 1) -------------------------------------------
-
-
-def _export_cli(*argv):
-    from fairseq_shared.cli.export import main
-
-    return main([str(a) for a in argv])
 
 
 def _hashes_match(out):
@@ -337,14 +343,16 @@ def test_out_holding_anything_but_an_export_is_refused_and_leftovers_go(
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"export: error: --out {out}: holds notes.txt, runs/, not an earlier export "
-                   "(no export.json); choose another --out, or pass --force to replace it whole")
+                   "(no export.json); choose another --out, or pass --force to replace it whole"
+                   + DEBUG)
     assert (out / "notes.txt").read_text() == "mine"
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data,
                        "--force") == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "checkpoint.pt", "dict.src.txt", "dict.tgt.txt", "export.json"]
-    (out / "ct2").mkdir()  # as an earlier export --ct2 left it
-    (out / "ct2" / "model.bin").write_bytes(b"A's model")
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data,
+                       "--ct2") == 0  # an earlier export --ct2: its export.json lists ct2/
+    assert (out / "ct2" / "model.bin").exists()
     assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
     assert not (out / "ct2").exists()  # replaced whole: nothing of the earlier export stays
     _hashes_match(out)
@@ -399,3 +407,136 @@ def test_a_failed_check_moves_nothing_into_place(weak_model, tmp_path, monkeypat
     monkeypatch.setattr(api, "_passed", lambda report: False)
     report = export(str(checkpoint), str(out), data=str(data), sentences=2)
     assert not report["ok"] and not out.exists() and _nothing_beside(out)
+
+
+# ---- only what an earlier export lists is replaced (issue 57, data loss 1-2; tracebacks) ----------
+
+
+def test_files_an_earlier_export_does_not_list_are_named_and_kept(exported, tmp_path,
+                                                                  tmp_path_factory, capsys):
+    """issue 57, data loss 1: a re-export deleted the user's notes beside an earlier export."""
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    out = tmp_path / "d"
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
+    previous = _hashes_match(out)
+    (out / "NOTES.md").write_text("mine")
+    (out / "bench").mkdir()
+    (out / "bench" / "run.txt").write_text("timings")
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"export: error: --out {out}: holds NOTES.md, bench/, which the earlier export "
+                   "there does not list (its export.json), and the export replaces the directory "
+                   "whole; move them out, choose another --out, or pass --force to replace it "
+                   "whole" + DEBUG)
+    assert (out / "NOTES.md").read_text() == "mine"
+    assert (out / "bench" / "run.txt").read_text() == "timings"
+    (out / "NOTES.md").unlink()
+    shutil.rmtree(out / "bench")
+    assert _hashes_match(out) == previous  # the earlier export untouched too
+    assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 0
+
+
+def test_a_file_beside_the_listed_ones_in_their_own_folder_is_unlisted(tmp_path):
+    """A ``ct2/serving.yaml`` beside an earlier export's ``ct2/model.bin``; an empty folder."""
+    from fairseq_shared.export.directory import unlisted
+
+    (tmp_path / "ct2").mkdir()
+    for name in ("ct2/model.bin", "ct2/serving.yaml", "export.json"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "empty").mkdir()
+    assert unlisted(str(tmp_path), {"ct2/model.bin", "export.json"}) == [
+        "ct2/serving.yaml", "empty/"]
+
+
+def test_a_stray_export_json_is_no_export_to_replace(exported, tmp_path, tmp_path_factory, capsys):
+    """issue 57, data loss 2: any directory with an export.json was replaced whole."""
+    checkpoint, _, _ = exported
+    data = data_bin(tmp_path_factory)
+    for name, files in (("u", {"thesis.tex": "draft", "export.json": '{"plain_checkpoint": null}'}),
+                        ("v", {"export.json": '{"plain_checkpoint": null, "sha256": {}}'})):
+        out = tmp_path / name
+        out.mkdir()
+        for f, text in files.items():
+            (out / f).write_text(text)
+        assert _export_cli(checkpoint, "--out", out, "--sentences", "0", "--data", data) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"export: error: --out {out}: holds {', '.join(sorted(files))}, not an "
+                       "earlier export (its export.json lists no files); choose another --out, "
+                       "or pass --force to replace it whole" + DEBUG)
+        assert {f: (out / f).read_text() for f in files} == files
+
+
+def test_an_empty_out_and_a_mount_point_are_refused_before_the_work(exported, tmp_path,
+                                                                    monkeypatch, capsys):
+    """issue 57: `--out ""` did the whole export, then failed; a mount point failed with EBUSY
+    after all the work (its rename cannot succeed)."""
+    from fairseq_shared.export import api
+
+    checkpoint, _, _ = exported
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the export started its work")
+
+    monkeypatch.setattr(api, "load_shared", no_work)
+    assert _export_cli(checkpoint, "--out", "", "--sentences", "0") == 2
+    assert capsys.readouterr().err.strip() == (
+        "export: error: --out '': names no directory; give the directory to write the export "
+        "into" + DEBUG)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: os.path.abspath(p) == str(mount)
+                        or real_ismount(p))
+    assert _export_cli(checkpoint, "--out", mount, "--sentences", "0") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"export: error: --out {mount}: is a mount point, which the export cannot replace (it "
+        "writes beside --out and renames the result into place); pass a directory inside it"
+        + DEBUG)
+
+
+def test_a_full_disk_names_the_file_being_written_not_an_input(tmp_path):
+    """issue 57: at 300 KB free the export blamed its input spm.model (shutil's copy names the
+    source first), at 1,100 KB it printed a transformers traceback (the tokenizers library
+    raises no OSError)."""
+    import errno
+
+    from fairseq_shared.export.directory import write_error
+
+    staging, out = str(tmp_path / ".d.export-staging-x"), "d"
+    os.makedirs(os.path.join(staging, "hf"))
+    copy = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    copy.filename, copy.filename2 = "/data/spm.model", os.path.join(staging, "spm.model")
+    tail = ("No space left on device (ENOSPC); free space there, or choose another --out; "
+            "nothing was moved into --out d (an earlier export there is kept)")
+    assert str(write_error(copy, staging, out)) == (
+        f"--out d: the disk is full, writing d/spm.model: {tail}")
+    with open(os.path.join(staging, "hf", "tokenizer.json"), "w") as f:
+        f.write("{")  # the file a writer that names none was writing
+    rust = Exception("No space left on device (os error 28)")
+    assert str(write_error(rust, staging, out)) == (
+        f"--out d: the disk is full, writing d/hf/tokenizer.json: {tail}")
+    denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES),
+                             os.path.join(staging, "ct2"))
+    assert str(write_error(denied, staging, out)) == (
+        "d/ct2: cannot write it: Permission denied; nothing was moved into --out d (an earlier "
+        "export there is kept)")
+    assert write_error(ValueError("a bug"), staging, out) is None  # not a write failure
+
+
+def test_export_errors_are_one_line_and_debug_shows_the_traceback(tmp_path):
+    """issue 54: export had its own error line and rejected --debug (cli/errors.py now)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "fairseq_shared.cli.export", str(tmp_path / "missing.pt"),
+            "--out", str(tmp_path / "o")]
+    plain = subprocess.run(argv, capture_output=True, text=True)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().splitlines()[-1] == (
+        f"export: error: {tmp_path / 'missing.pt'}: no such checkpoint file" + DEBUG)
+    debug = subprocess.run(argv + ["--debug"], capture_output=True, text=True)
+    assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == (
+        f"fairseq_shared.checkpoint_io.CheckpointError: {tmp_path / 'missing.pt'}: no such "
+        "checkpoint file")

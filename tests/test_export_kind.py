@@ -61,10 +61,60 @@ def all_kind_tests():
 def test_the_export_tests_the_kind_in_at_most_two_places():
     found = all_kind_tests()
     assert len(found) <= MOST, "the kind is tested at:\n" + "\n".join(found)
-    # the one decision where a checkpoint is opened, the other on the plain checkpoint dict
-    # that CTranslate2's converter is handed on its own
-    assert [f.split(":")[0] for f in found] == ["fairseq_shared/export/plain.py",
-                                                "fairseq_shared/tools/checkpoints.py"], found
+    # the one decision, where a checkpoint is opened (issue 54, item 4: the plain dict that
+    # CTranslate2's converter is handed carries the kind's behaviour, no second test)
+    assert [f.split(":")[0] for f in found] == ["fairseq_shared/tools/checkpoints.py"], found
+
+
+def kind_reads(tree: ast.AST):
+    """``(line, what)`` of every ``if`` (or conditional expression) on a kind's value:
+    ``kind is Kind.X``, ``kind == Kind.X``, ``kind is not ...``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(c, ast.Attribute) and _name(c.value) == "Kind"
+                for c in [node.left, *node.comparators]):
+            yield node.lineno, ast.unparse(node)
+
+
+ASK_NO_KIND = ["api.py", "plain.py", "ct2.py", "verify.py"]
+
+
+def test_the_export_asks_no_if_kind():
+    """issue 54, item 4: the kinds carry their behaviour (export/kinds.py), so the export's
+    modules read it from the kind's type and never branch on which kind they hold."""
+    found = [f"{name}:{line} {what}" for name in ASK_NO_KIND
+             for line, what in kind_reads(ast.parse((PACKAGE / "export" / name).read_text()))]
+    assert found == []
+    old = "def f(loaded):\n    return 1 if loaded.kind is Kind.LANGUAGE_MODEL else 2\n"
+    assert [line for line, _ in kind_reads(ast.parse(old))] == [2]  # the search is not blind
+
+
+def test_each_kind_carries_its_behaviour():
+    from fairseq.models.transformer import TransformerModel
+    from fairseq.models.transformer_lm import TransformerLanguageModel
+
+    from fairseq_shared.export import kinds
+
+    assert set(kinds.EXPORTS) == set(Kind)
+    translation, lm = kinds.of(Kind.TRANSLATION), kinds.of(Kind.LANGUAGE_MODEL)
+    assert (translation.stock_class, lm.stock_class) == (TransformerModel, TransformerLanguageModel)
+    assert kinds.of("language_model") is lm  # a report's value
+    task = argparse.Namespace(cfg=argparse.Namespace(source_lang="es", target_lang="en"))
+    assert translation.dictionary_names(task) == ["dict.es.txt", "dict.en.txt"]
+    assert lm.dictionary_names(task) == ["dict.txt"]
+    plain = {"cfg": {"task": {"_name": "translation", "source_lang": "es", "target_lang": "en",
+                              "data": "d"}, "model": {"arch": "transformer", "dropout": 0.1}},
+             "args": None, "model": {}}
+    legacy = translation.legacy_checkpoint(plain)
+    assert legacy["cfg"] is None and plain["cfg"] is not None  # a copy
+    assert vars(legacy["args"]) == {"arch": "transformer", "dropout": 0.1, "task": "translation",
+                                    "source_lang": "es", "target_lang": "en"}
+    assert vars(lm.legacy_args(plain))["arch"] == "transformer_lm"
+    model = argparse.Namespace(encoder="E", decoder="D")
+    assert (translation.source_stack(model), lm.source_stack(model)) == ("E", "D")
+    translation.check_hf(ValueError)
+    with pytest.raises(ValueError, match="--hf: translation models only"):
+        lm.check_hf(ValueError)
 
 
 def test_the_search_finds_the_old_kind_tests():

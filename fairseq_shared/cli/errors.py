@@ -1,5 +1,6 @@
 """How every command of ``fairseq_shared.cli`` reports a bad file or flag: one line on stderr,
-``TOOL: error: MESSAGE``, and exit status 1, without a traceback.
+``TOOL: error: MESSAGE``, and exit status 1 (a command whose 1 means something else, as
+``export``'s failed verification, names its own: ``@command(status=2)``), without a traceback.
 
 Such errors are the package's (each names the file or flag and what is allowed:
 :class:`~fairseq_shared.checkpoint_io.CheckpointError` and the tools' own ``ValueError``
@@ -38,8 +39,11 @@ def tool_name(module: str) -> str:
     return module.rsplit(".", 1)[-1]
 
 
-def command(main):
-    """Wrap a command's ``main(argv=None)`` so that its errors are reported as above."""
+def command(main=None, *, status: int = 1):
+    """Wrap a command's ``main(argv=None)`` so that its errors are reported as above, exiting
+    with ``status``."""
+    if main is None:
+        return functools.partial(command, status=status)
 
     @functools.wraps(main)
     def wrapper(argv: Optional[Sequence[str]] = None):
@@ -51,10 +55,11 @@ def command(main):
             return main(argv)
         except USER_ERRORS as error:
             if debug_enabled():
-                raise
+                error.fairseq_shared_debug = True  # the excepthook (compat, 8) runs after the
+                raise  # environment is restored below: it keeps the traceback by this mark
             print(f"{tool_name(main.__module__)}: error: {one_line(error)} (--debug shows the traceback)",
                   file=sys.stderr)
-            raise SystemExit(1)
+            raise SystemExit(status)
         finally:
             if debug:
                 if previous is None:

@@ -1,25 +1,32 @@
-"""Export a fairseq-shared checkpoint for deployment (see README, "Export and deployment"):
-a translation model as fairseq's ``transformer``, a language model as its ``transformer_lm``.
+"""Export a fairseq-shared checkpoint for deployment (see docs/export.md): a translation model
+as fairseq's ``transformer``, a language model as its ``transformer_lm``.
 
-    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2] [--hf [--hf-form stock]]
-        [--quantization int8|int8_float32|float16] [--data DATA_BIN] [--sentences 100]
+    python -m fairseq_shared.cli.export CHECKPOINT --out DIR [--ct2 [--quantization TYPE]]
+        [--hf [--hf-form shared|stock]] [--data DATA_BIN] [--sentences 100]
+
+Exit status: 0 exported and verified, 1 the verification failed (nothing moved into --out),
+2 bad input (one line; --debug shows the traceback).
 """
 
 import argparse
 import sys
 
+from fairseq_shared.cli.errors import command
 from fairseq_shared.export.ct2 import QUANTIZATIONS
 
 
+@command(status=2)  # 1 is a failed verification
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n")[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a fairseq-shared checkpoint (shared_transformer, or "
                    "shared_transformer_lm; a SAN model with --hf only)")
     p.add_argument("--out", required=True, help="directory for checkpoint.pt, dictionaries, ct2/ "
-                   "(written beside it, moved into place once verified; it may hold only an "
-                   "earlier export)")
+                   "(written beside it, moved into place once verified; it may hold only the "
+                   "files an earlier export's export.json lists)")
     p.add_argument("--force", action="store_true",
-                   help="replace --out whole even if it holds something else than an export")
+                   help="replace --out whole even if it holds files an earlier export did not write")
     p.add_argument("--ct2", action="store_true", help="also write a CTranslate2 model (float32)")
     p.add_argument("--quantization", choices=QUANTIZATIONS,
                    help="with --ct2: also a quantized CTranslate2 model in DIR/ct2_<type>")
@@ -44,25 +51,14 @@ def main(argv=None) -> int:
     p.add_argument("--max-len-b", type=int, default=200, help=translation + "max_len_b")
     args = p.parse_args(argv)
 
-    from fairseq_shared.checkpoint_io import CheckpointError, write_failure
     from fairseq_shared.export.api import export, summary
-    from fairseq_shared.export.plain import ExportError
 
-    try:
-        report = export(
-            args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization, hf=args.hf,
-            data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
-            lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-            force=args.force, hf_form=args.hf_form,
-        )
-    except (ExportError, CheckpointError) as e:
-        print(f"export: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full or read-only disk: nothing was moved into --out
-        where = e.filename or args.out
-        print(f"export: error: {where}: {write_failure(e)}; --out {args.out} is unchanged",
-              file=sys.stderr)
-        return 2
+    report = export(
+        args.checkpoint, args.out, ct2=args.ct2, quantization=args.quantization, hf=args.hf,
+        data=args.data, subset=args.subset, sentences=args.sentences, beam=args.beam,
+        lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+        force=args.force, hf_form=args.hf_form,
+    )
     print(summary(report))
     return 0 if report["ok"] else 1
 

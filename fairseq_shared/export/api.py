@@ -8,9 +8,9 @@ from typing import Dict, Optional
 from fairseq_shared import checkpoint_io
 from fairseq_shared.checkpoint_io import Kind
 from fairseq_shared.export import ct2 as ct2_lib
-from fairseq_shared.export import directory, verify
+from fairseq_shared.export import directory, kinds, verify
 from fairseq_shared.export.plain import (
-    ExportError, load_shared, plain_checkpoint, write_inputs, write_plain,
+    ExportError, load_shared, plain_checkpoint, sentencepiece_model, write_inputs, write_plain,
 )
 from fairseq_shared.export.outputs import planned_files, refuse_overwrite
 
@@ -21,15 +21,12 @@ def load_plain(path: str, data: str, kind: Optional[Kind] = None):
     """Load the exported checkpoint the way stock fairseq does (strict, weights-only): it must
     be fairseq's own model of ``kind`` (None: of either kind)."""
     from fairseq import checkpoint_utils
-    from fairseq.models.transformer import TransformerModel
-    from fairseq.models.transformer_lm import TransformerLanguageModel
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": data}
     )
     model = models[0].eval()
-    stock = {Kind.TRANSLATION: TransformerModel, Kind.LANGUAGE_MODEL: TransformerLanguageModel}
-    allowed = [stock[kind]] if kind else list(stock.values())
+    allowed = [k.stock_class for k in ([kinds.of(kind)] if kind else kinds.EXPORTS.values())]
     if type(model) not in allowed:
         raise ExportError(
             f"{path} loads as {type(model).__name__}, not fairseq's "
@@ -40,10 +37,13 @@ def load_plain(path: str, data: str, kind: Optional[Kind] = None):
 
 def validate(sentences: int, beam: int, lenpen: float, max_len_a: float, max_len_b: int,
              quantization: Optional[str], ct2: bool, hf: bool = False,
-             hf_form: Optional[str] = None) -> None:
-    """One-line :class:`ExportError` for a flag out of its range, before any work."""
+             hf_form: Optional[str] = None, out_dir: str = "DIR") -> None:
+    """One-line :class:`ExportError` for a flag out of its range, or an ``--out`` the export
+    could not be put in place of (:func:`~fairseq_shared.export.directory.
+    refuse_unreplaceable`), before any work."""
     import math
 
+    directory.refuse_unreplaceable(out_dir)
     checks = [
         ("--sentences", sentences, isinstance(sentences, int) and sentences >= 0,
          "an integer >= 0 (0: no verification)"),
@@ -70,22 +70,14 @@ def validate(sentences: int, beam: int, lenpen: float, max_len_a: float, max_len
         )
 
 
-def _inputs(checkpoint: str, loaded) -> Dict[str, str]:
+def _inputs(checkpoint: str, loaded, kind, spm: Optional[str]) -> Dict[str, str]:
     """What the export reads: the checkpoint, the dictionaries, the sentencepiece model."""
-    from fairseq_shared.export.plain import _sentencepiece_model
-
     inputs = {"the input CHECKPOINT": checkpoint}
     for data_dir in str(getattr(loaded.cfg.task, "data", "") or "").split(os.pathsep):
-        for name in _dict_names(loaded):
+        for name in kind.dictionary_names(loaded.task):
             inputs[f"the dictionary {name} of --data {data_dir}"] = os.path.join(data_dir, name)
-    inputs["the corpus's sentencepiece model"] = _sentencepiece_model(loaded.cfg)
+    inputs["the corpus's sentencepiece model"] = spm
     return inputs
-
-
-def _dict_names(loaded):
-    if loaded.kind is Kind.LANGUAGE_MODEL:
-        return ["dict.txt"]
-    return [f"dict.{loaded.task.cfg.source_lang}.txt", f"dict.{loaded.task.cfg.target_lang}.txt"]
 
 
 def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optional[str] = None,
@@ -101,28 +93,38 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     scores of both engines' beam-search hypotheses, with ``beam``, ``lenpen``,
     ``max_len_a``, ``max_len_b``), a language model's per-token log-probs
     (:func:`fairseq_shared.export.verify.verify_lm`). Refuses, before writing anything, an
-    ``out_dir`` that would overwrite one of its inputs, or that holds anything but an
-    earlier export (``force``: replace it whole). Written beside ``out_dir`` and moved into
-    place only when the check passes (:mod:`.directory`). Returns the report (also
+    ``out_dir`` that would overwrite one of its inputs, that names no directory or a mount
+    point, or that holds anything but the files an earlier export's ``export.json`` lists
+    (``force``: replace it whole). A full disk is one :class:`ExportError` naming the file.
+    Written beside ``out_dir`` and moved into place only when the check passes
+    (:mod:`.directory`). Returns the report (also
     ``out_dir/export.json``, with the sha256 of every file it vouches for)."""
-    validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2, hf, hf_form)
+    validate(sentences, beam, lenpen, max_len_a, max_len_b, quantization, ct2, hf, hf_form,
+             out_dir)
     ct2_names = (["ct2"] + ([f"ct2_{quantization}"] if quantization else [])) if ct2 else []
     refuse_overwrite({"the input CHECKPOINT": checkpoint},
                      planned_files(out_dir, [], ct2_names, hf), out_dir)
     loaded = load_shared(checkpoint, data, san=hf and not ct2)
-    refuse_overwrite(_inputs(checkpoint, loaded),
-                     planned_files(out_dir, _dict_names(loaded), ct2_names, hf), out_dir)
+    kind, spm = kinds.of(loaded.kind), sentencepiece_model(loaded.cfg)
+    refuse_overwrite(_inputs(checkpoint, loaded, kind, spm),
+                     planned_files(out_dir, kind.dictionary_names(loaded.task), ct2_names, hf),
+                     out_dir)
     target = None
     if hf:
         from fairseq_shared.export import hf as hf_lib
 
-        if loaded.kind is Kind.LANGUAGE_MODEL:
-            raise ExportError("--hf: translation models only (a language model has no "
-                              "stock encoder-decoder class to go to)")
+        kind.check_hf(ExportError)
         target = hf_lib.choose_target(loaded, hf_form)  # refused before any writing
     with directory.staged(out_dir, force) as staging:
-        report = _export_into(staging, checkpoint, loaded, ct2, quantization, target, subset,
-                              sentences, beam, lenpen, max_len_a, max_len_b, threads)
+        try:
+            report = _export_into(staging, checkpoint, loaded, kind, spm, ct2, quantization,
+                                  target, subset, sentences, beam, lenpen, max_len_a,
+                                  max_len_b, threads)
+        except Exception as error:  # a full disk, whoever wrote (torch, transformers, shutil)
+            failure = directory.write_error(error, staging, out_dir)
+            if failure is None:
+                raise
+            raise failure from error
         report = _relocated(report, staging, out_dir)
         report["ok"] = _passed(report)
         if report["ok"]:
@@ -133,31 +135,33 @@ def export(checkpoint: str, out_dir: str, ct2: bool = False, quantization: Optio
     return report
 
 
-def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization, hf_target,
-                 subset: str, sentences: int, beam: int, lenpen: float, max_len_a: float,
-                 max_len_b: int, threads: int) -> Dict:
+def _export_into(out_dir: str, checkpoint: str, loaded, kind, spm: Optional[str], ct2: bool,
+                 quantization, hf_target, subset: str, sentences: int, beam: int,
+                 lenpen: float, max_len_a: float, max_len_b: int, threads: int) -> Dict:
     """Every file of the export written into ``out_dir`` (a staging directory), verified;
-    the report, its paths in ``out_dir``. ``hf_target``: None, or the Hugging Face class and
-    the note of :func:`fairseq_shared.export.hf.choose_target`."""
+    the report, its paths in ``out_dir``. ``kind``: the model's
+    :class:`~fairseq_shared.export.kinds.ExportKind`; ``spm``: the corpus's sentencepiece
+    model (None: none); ``hf_target``: None, or the Hugging Face class and the note of
+    :func:`fairseq_shared.export.hf.choose_target`."""
     from fairseq_shared.tools.checkpoints import uses_san
 
     san = uses_san(loaded.cfg.model)  # no plain fairseq layer takes another's attention
-    path = None if san else write_plain(loaded, out_dir)
-    if san:
-        write_inputs(loaded, out_dir)
-    report: Dict = {"checkpoint": os.path.abspath(checkpoint), "kind": loaded.kind.value,
+    checkpoint_dict = None if san else plain_checkpoint(loaded, out_dir)  # built once
+    path = None if san else write_plain(checkpoint_dict, out_dir)
+    write_inputs(loaded, out_dir, spm)
+    report: Dict = {"checkpoint": os.path.abspath(checkpoint), "kind": kind.kind.value,
                     "plain_checkpoint": path,
                     "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
-    plain_model = None if san else load_plain(path, out_dir, loaded.kind)[0]
+    plain_model = None if san else load_plain(path, out_dir, kind.kind)[0]
     ct2_dirs = {}
     if ct2:
-        checkpoint_dict = plain_checkpoint(loaded, out_dir)
+        legacy = kind.legacy_checkpoint(checkpoint_dict)
         for q in [None] + ([quantization] if quantization else []):
             target = os.path.join(out_dir, "ct2" if q is None else f"ct2_{q}")
-            ct2_dirs[q or "float32"] = ct2_lib.convert(checkpoint_dict, out_dir, target, q)
+            ct2_dirs[q or "float32"] = ct2_lib.convert(legacy, out_dir, target, q)
             report[f"ct2_{q or 'float32'}"] = {
                 "dir": target, **ct2_lib.size_report(target, loaded.model),
-                "max_input_length": ct2_lib.source_limit(plain_model, loaded.kind)}
+                "max_input_length": int(kind.source_stack(plain_model).max_positions())}
     hf_dir = None
     if hf_target:
         from fairseq_shared.export import hf as hf_lib
@@ -165,7 +169,7 @@ def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization,
         hf_dir = os.path.join(out_dir, "hf")
         generation = dict(beam=beam, lenpen=lenpen, max_len_b=max_len_b)
         target, form_note = hf_target
-        notes = hf_lib.write(loaded, hf_dir, generation, target)
+        notes = hf_lib.write(loaded, hf_dir, generation, target, spm)
         report["hf"] = {"dir": hf_dir, "class": target, "tokenizer": notes,
                         "form": "shared" if target == hf_lib.SHARED else "stock",
                         **({"form_note": form_note} if form_note else {}),
@@ -178,8 +182,8 @@ def _export_into(out_dir: str, checkpoint: str, loaded, ct2: bool, quantization,
                            if max_len_a else [])}
     if sentences:
         settings = dict(beam=beam, lenpen=lenpen, max_len_a=max_len_a, max_len_b=max_len_b)
-        report["verify"] = verify.verify(loaded, plain_model, subset, sentences, settings,
-                                         ct2_dirs, threads, hf_dir)
+        report["verify"] = verify.verify(loaded, kind, plain_model, subset, sentences,
+                                         settings, ct2_dirs, threads, hf_dir)
     return report
 
 
@@ -224,7 +228,7 @@ def summary(report: Dict) -> str:
                      f"{h['ratio_to_unique']}x the unique fp32 weights "
                      f"({h['unique_fp32_weight_bytes']:,}: {h['why']}); tokenizer: "
                      + "; ".join(h["tokenizer"]))
-    lines += verify.summary_lines(report["kind"], report.get("verify", {}))
+    lines += kinds.of(report["kind"]).summary_lines(report.get("verify", {}))
     lines.append("export OK" if report["ok"] else "export FAILED verification; nothing was "
                  "written to --out (an earlier export there is kept)")
     return "\n".join(lines)

@@ -3,27 +3,33 @@
 CTranslate2's converter (``ctranslate2.converters.FairseqConverter``) accepts fairseq's
 ``transformer`` and ``transformer_lm`` models (not this package's) and reads the configuration
 as attributes of ``checkpoint["args"]`` (fairseq's legacy layout). It is handed the plain
-checkpoint in that layout, written to a temporary file; the ``argparse.Namespace`` in it
-loads under ``weights_only`` because ``fairseq_shared.compat`` allows exactly that type.
+checkpoint in that layout (the kind's :meth:`~fairseq_shared.export.kinds.ExportKind.
+legacy_checkpoint`), written to a temporary file; the ``argparse.Namespace`` in it loads under
+``weights_only`` because ``fairseq_shared.compat`` allows exactly that type. The plain
+``checkpoint.pt`` itself holds no ``Namespace`` (stock fairseq loads it weights-only, without
+the plug-in), so CTranslate2's ``ct2-fairseq-converter`` cannot read it: the export converts
+to every type CTranslate2's converter writes instead (:data:`QUANTIZATIONS`).
 CTranslate2 aliases equal tensors when it saves, so ``model.bin`` stores each tied weight once.
 """
 
+import io
 import os
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_shared.checkpoint_io import Kind
-from fairseq_shared.export.plain import legacy_args_checkpoint
+#: ``--quantization``: every weight type CTranslate2's converter writes but float32 (always
+#: written, to ``ct2/``); ``ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES``
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+                 "bfloat16")
 
-QUANTIZATIONS = ("int8", "int8_float32", "float16")
 
-
-def convert(checkpoint: dict, dict_dir: str, out_dir: str, quantization: Optional[str] = None) -> str:
-    """Convert the plain ``checkpoint`` (dict) to a CTranslate2 model in ``out_dir``.
-
-    ``dict_dir`` holds ``dict.{src}.txt`` and ``dict.{tgt}.txt``."""
+def convert(legacy_checkpoint: dict, dict_dir: str, out_dir: str,
+            quantization: Optional[str] = None) -> str:
+    """Convert the plain checkpoint in the legacy layout (dict,
+    :meth:`~fairseq_shared.export.kinds.ExportKind.legacy_checkpoint`) to a CTranslate2 model
+    in ``out_dir``. ``dict_dir`` holds its dictionaries."""
     import fairseq_shared  # noqa: F401  (compat: Namespace allowed under weights_only)
     from ctranslate2.converters.fairseq import FairseqConverter
 
@@ -31,9 +37,12 @@ def convert(checkpoint: dict, dict_dir: str, out_dir: str, quantization: Optiona
         raise ValueError(
             f"--quantization: unknown value '{quantization}'; allowed: {', '.join(QUANTIZATIONS)}"
         )
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir))) as tmp:
         path = os.path.join(tmp, "legacy_args.pt")
-        torch.save(legacy_args_checkpoint(checkpoint), path)
+        buffer = io.BytesIO()  # torch's file writer reports a full disk as "unexpected pos"
+        torch.save(legacy_checkpoint, buffer)
+        with open(path, "wb") as f:
+            f.write(buffer.getbuffer())
         FairseqConverter(path, dict_dir).convert(out_dir, quantization=quantization, force=True)
     return out_dir
 
@@ -130,8 +139,8 @@ class CT2Decoder:
         return out
 
 
-def source_limit(model, kind: Kind = Kind.TRANSLATION) -> int:
-    """fairseq's longest source (EOS included): ``--max-source-positions`` (a language
-    model, ``kind``: its ``--tokens-per-sample`` positions)."""
-    stack = model.decoder if kind is Kind.LANGUAGE_MODEL else model.encoder
-    return int(stack.max_positions())
+def source_limit(model) -> int:
+    """fairseq's longest source (EOS included) of a translation ``model``: its
+    ``--max-source-positions`` (any kind's: :meth:`~fairseq_shared.export.kinds.ExportKind.
+    source_stack`)."""
+    return int(model.encoder.max_positions())

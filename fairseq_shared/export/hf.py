@@ -256,11 +256,11 @@ def _is_shared_form(out_dir: str) -> bool:
         return json.load(f).get("model_type") == "fairseq_shared"
 
 
-def write(loaded, out_dir: str, generation: Dict, target: str) -> List[str]:
-    """Write the model as ``target`` (:func:`choose_target`), its tokenizer and generation
-    configuration into ``out_dir``; return the notes of the tokenizer."""
+def write(loaded, out_dir: str, generation: Dict, target: str, spm: Optional[str]) -> List[str]:
+    """Write the model as ``target`` (:func:`choose_target`), its tokenizer (``spm``: the
+    corpus's sentencepiece model, None: none) and generation configuration into ``out_dir``;
+    return the notes of the tokenizer."""
     from fairseq_shared.export import hf_generation, hf_tokenizer
-    from fairseq_shared.export.plain import _sentencepiece_model
 
     task, args = loaded.task, loaded.cfg.model
     src, tgt = task.source_dictionary, task.target_dictionary
@@ -270,5 +270,9 @@ def write(loaded, out_dir: str, generation: Dict, target: str) -> List[str]:
     if target == SHARED:
         check_ties(model, loaded.model)
     model.generation_config = hf_generation.generation_config(tgt, **generation)
+    if target == SHARED:
+        from fairseq_shared.export.hf_shared_model import auto_map
+
+        model.config.auto_map = auto_map()  # AutoModel too
     model.save_pretrained(out_dir)
-    return hf_tokenizer.write(out_dir, src, tgt, _sentencepiece_model(loaded.cfg))
+    return hf_tokenizer.write(out_dir, src, tgt, spm)

@@ -61,8 +61,9 @@ class HFEngine:
     def __init__(self, model_dir: str, pad: int, eos: int):
         import transformers
 
-        from fairseq_shared.export import hf_shared_model  # noqa: F401  (registers the shared form)
+        from fairseq_shared.export import hf_shared_model  # registers the shared form
 
+        hf_shared_model.check_recorded_hashes(model_dir)  # either form, inside an export
         self.model = transformers.AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
         self.pad, self.eos = pad, eos
 

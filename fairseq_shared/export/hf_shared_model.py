@@ -24,19 +24,76 @@ has the package loads an export without remote code.
   there is no dropout, so a follower's weights are the leader's.
 """
 
+import hashlib
+import json
+import os
 import re
 from typing import Dict, List, Optional
 
 import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import (AutoConfig, AutoModelForSeq2SeqLM, M2M100Config,
+from transformers import (AutoConfig, AutoModel, AutoModelForSeq2SeqLM, M2M100Config,
                           M2M100ForConditionalGeneration)
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.m2m_100.modeling_m2m_100 import M2M100Attention
 
 MODEL_TYPE = "fairseq_shared"
 SELF, CROSS, CROSS_WEIGHTS = "self", "cross", "cross_weights"
+REPORT = "export.json"  # the export's report beside this directory: the files' sha256
+#: the Auto classes that load the model (``auto_map`` of ``config.json``, :func:`register`)
+AUTO_CLASSES = ("AutoModel", "AutoModelForSeq2SeqLM")
+
+
+def _sha256(path: str) -> str:
+    """The file's sha256 (its own copy: this file ships as remote code, importing no package)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_recorded_hashes(model_dir) -> None:
+    """When ``model_dir`` is the ``hf/`` of an export, each of its files whose sha256 the
+    export's ``export.json`` (beside it) records must still have it: a ``ValueError`` names
+    the first that differs or is missing. A directory outside an export is not checked."""
+    if not isinstance(model_dir, (str, os.PathLike)) or not os.path.isdir(model_dir):
+        return  # a hub name: nothing recorded here
+    model_dir = os.path.abspath(model_dir)
+    report_path = os.path.join(os.path.dirname(model_dir), REPORT)
+    try:
+        with open(report_path) as f:
+            hashes = json.load(f).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    prefix = os.path.basename(model_dir) + "/"
+    for name, recorded in sorted((hashes or {}).items()) if isinstance(hashes, dict) else []:
+        if not name.startswith(prefix):
+            continue
+        path = os.path.join(model_dir, name[len(prefix):])
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: missing, but {report_path} records it; export again")
+        if _sha256(path) != recorded:
+            raise ValueError(f"{path}: its sha256 is not the one {report_path} records (the "
+                             "file changed after the export wrote it); export again")
+
+
+def check_config(config) -> None:
+    """A ``ValueError`` naming the field of a configuration that does not fit its layers
+    (a hand-edited ``config.json``)."""
+    layers = {"encoder": config.encoder_layers, "decoder": config.decoder_layers}
+    for stack, sets in (config.layer_sets or {}).items():
+        if stack not in layers or not isinstance(sets, list) or len(sets) != layers[stack]:
+            raise ValueError(f"config.json: layer_sets.{stack} must list the set of each of the "
+                             f"{layers.get(stack, 0)} {stack} layers; it is {sets!r}")
+    policies = {"self": "decoder", "cross": "decoder", "encoder": "encoder"}
+    for key, stack in policies.items():
+        policy = (config.san or {}).get(key)
+        if policy is not None and (not isinstance(policy, list) or sum(policy) != layers[stack]
+                                   or any(not isinstance(p, int) or p < 1 for p in policy)):
+            raise ValueError(f"config.json: san.{key} must be block sizes >= 1 summing to the "
+                             f"{layers[stack]} {stack} layers; it is {policy!r}")
 
 
 @strict
@@ -184,6 +241,7 @@ class FairseqSharedForConditionalGeneration(M2M100ForConditionalGeneration):
     config_class = FairseqSharedConfig
 
     def __init__(self, config: FairseqSharedConfig):
+        check_config(config)
         super().__init__(config)
         san = config.san or {}
         reuse = san.get("cross_reuse") or "output"
@@ -196,6 +254,12 @@ class FairseqSharedForConditionalGeneration(M2M100ForConditionalGeneration):
             anchored(t): anchored(s)
             for t, s in {**M2M100ForConditionalGeneration._tied_weights_keys, **ties}.items()}
         self.post_init()  # again: the ties of the layers
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' ``from_pretrained``, after :func:`check_recorded_hashes`."""
+        check_recorded_hashes(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, *args, **kwargs):
         """Eager attention for a SAN model (its leaders' weights are needed)."""
@@ -223,11 +287,20 @@ FairseqSharedConfig.register_for_auto_class()
 FairseqSharedForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 
+def auto_map() -> Dict[str, str]:
+    """``config.json``'s ``auto_map``: the configuration and every class of
+    :data:`AUTO_CLASSES` as this file's (``register_for_auto_class`` records one class)."""
+    module = __name__.rsplit(".", 1)[-1]
+    return {"AutoConfig": f"{module}.{FairseqSharedConfig.__name__}",
+            **{auto: f"{module}.{FairseqSharedForConditionalGeneration.__name__}"
+               for auto in AUTO_CLASSES}}
+
+
 def register() -> None:
-    """Let ``AutoConfig``/``AutoModelForSeq2SeqLM`` find the classes without remote code."""
+    """Let ``AutoConfig`` and :data:`AUTO_CLASSES` find the classes without remote code."""
     AutoConfig.register(MODEL_TYPE, FairseqSharedConfig, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(FairseqSharedConfig, FairseqSharedForConditionalGeneration,
-                                   exist_ok=True)
+    for auto in (AutoModel, AutoModelForSeq2SeqLM):
+        auto.register(FairseqSharedConfig, FairseqSharedForConditionalGeneration, exist_ok=True)
 
 
 if __name__.startswith("fairseq_shared."):

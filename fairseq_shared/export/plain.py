@@ -19,22 +19,19 @@ fairseq's Transformer layer nor CTranslate2's can do. The shared Hugging Face fo
 (:mod:`.hf_shared_model`) can: ``load_shared(..., san=True)`` opens them for it.
 """
 
-import argparse
 import logging
 import os
-import shutil
 from typing import Dict, Optional
 
 import torch
 
 from fairseq_shared import checkpoint_io
-from fairseq_shared.checkpoint_io import KINDS, Kind
+from fairseq_shared.checkpoint_io import KINDS
 from fairseq_shared.errors import FairseqSharedError
+from fairseq_shared.export import kinds
 
 from fairseq_shared.models import architectures, shared_lm
-from fairseq_shared.models.config import flag_names
 from fairseq_shared.sharing.assignment import describe
-from fairseq_shared.sharing.flags import STACKS
 from fairseq_shared.tools.checkpoints import Loaded, Takes, open_checkpoint, with_config
 
 logger = logging.getLogger(__name__)
@@ -68,31 +65,15 @@ def load_shared(path: str, data: Optional[str] = None, san: bool = False) -> Loa
     return loaded
 
 
-def plain_model_args(model_args) -> Dict:
-    """The shared model's flags as a plain ``transformer``'s: ours dropped, arch renamed."""
-    ours = set(flag_names())
-    plain = {k: v for k, v in vars(model_args).items() if k not in ours}
-    plain["arch"] = plain["_name"] = "transformer"
-    for stack in STACKS:
-        plain[f"{stack}_layers_to_keep"] = None  # already applied to the weights
-    return plain
-
-
 def plain_checkpoint(loaded: Loaded, data: Optional[str] = None) -> dict:
     """The checkpoint dict of the equivalent fairseq ``transformer``; ``data`` (the export
     directory, which holds the dictionaries) becomes its task's data directory. Only what
     stock fairseq reads is kept (the configuration by the tools' one rule,
     :func:`~fairseq_shared.tools.checkpoints.with_config`)."""
-    from fairseq_shared.export.lm import plain_lm_config
-
     cfg = loaded.cfg
-    language_model = loaded.kind is Kind.LANGUAGE_MODEL
-    plain = plain_lm_config(cfg.model) if language_model else plain_model_args(cfg.model)
-    checkpoint = with_config({}, cfg, plain)
+    checkpoint = with_config({}, cfg, None)
     plain_cfg = checkpoint["cfg"]
-    if not language_model:
-        plain_cfg["task"]["source_lang"] = loaded.task.cfg.source_lang  # inferred at load time
-        plain_cfg["task"]["target_lang"] = loaded.task.cfg.target_lang
+    plain_cfg["model"] = kinds.of(loaded.kind).plain_config(cfg.model, loaded.task, plain_cfg)
     if data:
         plain_cfg["task"]["data"] = os.path.abspath(data)
     history = [
@@ -143,63 +124,28 @@ def zero_ffn_sublayers(model, state: Dict[str, torch.Tensor], plain_model_cfg: D
     return state
 
 
-def legacy_args_checkpoint(checkpoint: dict) -> dict:
-    """The same checkpoint with its model configuration as an ``argparse.Namespace`` in
-    ``args`` (fairseq's legacy layout), which CTranslate2's converter reads attributes of. The
-    dict carries its own kind (its task, as :func:`plain_checkpoint` wrote it)."""
-    from fairseq_shared.export.lm import legacy_lm_args
-
-    legacy = dict(checkpoint)
-    task = checkpoint["cfg"]["task"]
-    if Kind.of(checkpoint) is Kind.LANGUAGE_MODEL:
-        legacy["args"] = legacy_lm_args(checkpoint)
-    else:
-        legacy["args"] = argparse.Namespace(**{
-            **checkpoint["cfg"]["model"], "task": task["_name"],
-            "source_lang": task["source_lang"], "target_lang": task["target_lang"],
-        })
-    legacy["cfg"] = None
-    return legacy
-
-
-def write_dictionaries(task, kind: Kind, out_dir: str) -> Dict[str, str]:
-    """``dict.{src}.txt`` and ``dict.{tgt}.txt`` as fairseq-preprocess writes them
-    (a language model's: ``dict.txt``)."""
-    from fairseq_shared.export.lm import write_lm_dictionary
-
-    if kind is Kind.LANGUAGE_MODEL:
-        return write_lm_dictionary(task, out_dir)
-    paths = {}
-    for lang, d in ((task.cfg.source_lang, task.source_dictionary),
-                    (task.cfg.target_lang, task.target_dictionary)):
-        path = os.path.join(out_dir, f"dict.{lang}.txt")
-        d.save(path)
-        paths[lang] = path
-    return paths
-
-
-def write_plain(loaded: Loaded, out_dir: str, name: str = "checkpoint.pt") -> str:
-    """Write the plain checkpoint and the dictionaries into ``out_dir``; return its path."""
+def write_plain(checkpoint: dict, out_dir: str, name: str = "checkpoint.pt") -> str:
+    """Write the plain ``checkpoint`` (:func:`plain_checkpoint`) into ``out_dir``; return its
+    path."""
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, name)
-    checkpoint_io.save(plain_checkpoint(loaded, out_dir), path)  # refuses non-finite weights
+    checkpoint_io.save(checkpoint, path)  # refuses non-finite weights
     unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     if unsafe:  # a guarantee, not a hope: stock weights-only loading must accept it
         raise ExportError(f"{path}: the export pickled non-plain types {unsafe}")
-    write_inputs(loaded, out_dir)
     return path
 
 
-def write_inputs(loaded: Loaded, out_dir: str) -> None:
-    """The dictionaries and the corpus's sentencepiece model, into ``out_dir``."""
+def write_inputs(loaded: Loaded, out_dir: str, spm: Optional[str]) -> None:
+    """The dictionaries and the corpus's sentencepiece model ``spm`` (None: none), into
+    ``out_dir``."""
     os.makedirs(out_dir, exist_ok=True)
-    write_dictionaries(loaded.task, loaded.kind, out_dir)
-    spm = _sentencepiece_model(loaded.cfg)
+    kinds.of(loaded.kind).write_dictionaries(loaded.task, out_dir)
     if spm:
-        shutil.copy(spm, os.path.join(out_dir, os.path.basename(spm)))
+        checkpoint_io.copy_file(spm, os.path.join(out_dir, os.path.basename(spm)))
 
 
-def _sentencepiece_model(cfg) -> Optional[str]:
+def sentencepiece_model(cfg) -> Optional[str]:
     """The corpus's ``spm.model`` next to ``bin/`` (this project's data layout), if any."""
     data = str(getattr(cfg.task, "data", "") or "").split(os.pathsep)[0]
     candidate = os.path.join(os.path.dirname(os.path.abspath(data)), "spm.model")

@@ -1,5 +1,5 @@
 """The export check: do two implementations compute the same model? (and how do their
-searches differ?) :func:`verify` runs the one for the checkpoint's kind (``Loaded.kind``,
+searches differ?) :func:`verify` runs the one of the checkpoint's kind (:mod:`.kinds`, from ``Loaded.kind``,
 decided where the checkpoint was opened): :func:`verify_translation` or :func:`verify_lm`.
 
 **Translation models.**
@@ -20,7 +20,7 @@ reference model scores higher, and never fail the check.
 of a split, with teacher forcing: fairseq's ``SequenceScorer`` on the plain model must give
 exactly the shared model's; CTranslate2's ``Generator.score_batch`` must agree with fairseq to
 the ``ct2_float32`` tolerance (two implementations round differently), quantized models are
-reported only.
+reported only. Which of the two checks runs is the kind's (:mod:`.kinds`).
 """
 
 import math
@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_shared.checkpoint_io import Kind
+from fairseq_shared.export.ct2 import QUANTIZATIONS
 
 Hypotheses = Dict[int, Tuple[List[int], float]]
 LMScores = Dict[int, torch.Tensor]  # sample id -> log-probability of each target token
@@ -40,7 +40,7 @@ TOLERANCES = {
     "fairseq_plain": 1e-6,  # the same kernels on the same (expanded) weights
     "ct2_float32": 1e-4,  # two float32 implementations round differently
     "hf": 1e-4,
-    "ct2_int8": None, "ct2_int8_float32": None, "ct2_float16": None,  # quantized weights
+    **{f"ct2_{q}": None for q in QUANTIZATIONS},  # quantized weights: reported only
 }
 EXAMPLES = 5  # failures and search differences listed in the report
 
@@ -338,27 +338,16 @@ def lm_summary_line(key: str, value: Dict) -> str:
 
 
 # ---- either kind ---------------------------------------------------------------------
-def verify(loaded, plain_model, subset: str, sentences: int, settings: Dict,
+def verify(loaded, kind, plain_model, subset: str, sentences: int, settings: Dict,
            ct2_dirs: Dict[str, str], threads: int = 1, hf_dir: Optional[str] = None) -> Dict:
-    """The check of ``loaded``'s kind on ``sentences`` evenly spaced sentences of ``subset``
-    (``settings``: fairseq's beam settings, a translation model's only): the report's
-    ``verify`` section."""
+    """The check of ``kind`` (:class:`~fairseq_shared.export.kinds.ExportKind`, ``loaded``'s)
+    on ``sentences`` evenly spaced sentences of ``subset`` (``settings``: fairseq's beam
+    settings, a translation model's only): the report's ``verify`` section."""
     from fairseq_shared.subsets import select_ids
 
     task = loaded.task
     task.load_dataset(subset)
     dataset = task.dataset(subset)
     ids = select_ids(len(dataset), sentences).tolist()
-    if loaded.kind is Kind.LANGUAGE_MODEL:
-        return {"subset": subset, **verify_lm(loaded.model, plain_model, task, dataset, ids,
-                                              ct2_dirs, threads)}
-    return {"subset": subset, "settings": settings,
-            **verify_translation(loaded.model, plain_model, task, dataset, ids, settings,
-                                 ct2_dirs, threads, hf_dir)}
-
-
-def summary_lines(kind: str, verify_report: Dict) -> List[str]:
-    """A line for each check of a ``verify`` report of a ``kind`` (a :class:`Kind` value)."""
-    line = lm_summary_line if kind == Kind.LANGUAGE_MODEL else summary_line
-    return [line(key, value) for key, value in verify_report.items()
-            if isinstance(value, dict) and "ok" in value]
+    return {"subset": subset, **kind.verify(loaded, plain_model, dataset, ids, settings,
+                                            ct2_dirs, threads, hf_dir)}

@@ -17,7 +17,7 @@ max_len_b`` (defaults 1.2 and 10, the harness's decode settings; fairseq-generat
 defaults 0 and 200 let a sentence whose beams never all end run 200 decoder steps, and hold its
 whole batch that long). The fairseq rows also report decoder steps per pass and CPU ms per
 step (``fairseq_shared.timing.trace``). BLEU/chrF are sacreBLEU on
-the detokenized hypotheses of the batch-1 pass (``fairseq_shared.data.scoring.score``), detokenized
+the detokenized hypotheses of the batch-1 pass (``fairseq_shared.scoring.score``), detokenized
 as fairseq-generate does. Size on disk: the deployable file (fairseq: the exported
 ``checkpoint.pt``; CTranslate2: ``model.bin``). Resident memory: measured in a fresh process
 per engine (RSS after loading the model and translating 8 sentences, minus the RSS after the
@@ -90,7 +90,7 @@ def bench(args) -> Dict:
     import torch
 
     from fairseq_shared.export.api import export
-    from fairseq_shared.data.scoring import score
+    from fairseq_shared.scoring import score
     from fairseq_shared.timing import Session, resolve_data
 
     torch.set_num_threads(args.threads)
