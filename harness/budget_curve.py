@@ -47,7 +47,11 @@ QUEUE: List[Tuple[str, int]] = ([(n, 1) for n in CORE] + [(n, 2) for n in TWO_SE
 # (its teacher: vanilla_2L s1, the committed model with the best valid loss)
 DISTILLATION = ["cycle_rev_4L_dec1", "vanilla_2L_dec1_distilled", "cycle_rev_4L_dec1_distilled",
                 "vanilla_distilled"]
-NAMES = CORE + REST + ONE_WIDE_FFN + DISTILLATION
+# Issue 55: at cycle_rev 6+6/3's size, narrower instead of shared, and shared layers told their
+# depth (untied norms and biases; LoRA rank 8); queued by name in the order of
+# results/bible_budget/PLAN_55.md
+FIXED_SIZE = ["vanilla_2L_narrow", "cycle_rev_2L_depthcond", "cycle_rev_2L_lora8"]
+NAMES = CORE + REST + ONE_WIDE_FFN + DISTILLATION + FIXED_SIZE
 
 
 def parse_queue(text: Optional[str], budget: str = "budget_curve",
