@@ -104,6 +104,7 @@ def _spawning(item) -> bool:
 # heavy file starting last on one worker while the other idles.
 HEAVY_FIRST = (
     "test_gpu_bundle.py", "test_timing.py", "test_budget_curve.py", "test_quickstart.py", "test_export.py",
+    "test_distill_safety.py", "test_export_clients.py", "test_readme_table.py", "test_distill.py",
     "test_trace.py", "test_queue.py", "test_half_precision.py", "test_install.py",
     "test_torn_resume.py", "test_export_hf.py", "test_main_job.py", "test_shared_lm.py",
     "test_audit.py", "test_hf_shared.py", "test_evidence.py", "test_dead_code.py",

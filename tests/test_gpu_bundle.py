@@ -212,7 +212,7 @@ def check_rehearsal(out: Path, report: dict, torch_dists: list, env: dict) -> No
     assert all(r["float16_ties_kept"] and r["bfloat16_ties_kept"] for r in exact["patterns"])
     decode = report["decode"]
     assert decode["batch_1"]["san_vs_vanilla"] > 0 and "cycle_rev_vs_vanilla_half" in decode["batch_8"]
-    assert report["tests"]["counts"]["passed"] > 300 and not report["tests"]["counts"].get("failed")
+    assert report["tests"]["counts"]["passed"] > 40 and not report["tests"]["counts"].get("failed")
     md = (out / "report.md").read_text()
     assert md.startswith("# GPU check: PASS") and "## Exactness in half precision" in md
 
