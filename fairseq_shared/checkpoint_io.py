@@ -323,6 +323,17 @@ def copy_file(src: str, dst: str) -> str:
         return atomic_write(dst, lambda f: shutil.copyfileobj(source, f))
 
 
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes, read in blocks (the export's and distillation's records)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_failure(error: OSError) -> str:
     """``No space left on device (ENOSPC)``: an ``OSError``'s cause, in words and by name."""
     import errno

@@ -13,13 +13,13 @@ decoding.
 """
 
 import contextlib
-import hashlib
 import json
 import math
 import os
 import re
 from typing import Dict, Iterator, List, Optional
 
+from fairseq_shared.checkpoint_io import file_sha256
 from fairseq_shared.errors import FairseqSharedError
 from fairseq_shared.locks import held
 
@@ -34,14 +34,6 @@ class DistillError(FairseqSharedError):
     """Bad input to the distillation; the message names the flag or file and what is allowed."""
 
 
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 #: The files of a binarized corpus that a distillation reads (its dictionaries and splits).
 CORPUS_FILES = re.compile(r"dict\..+\.txt|(train|valid|test)\d*\..+\.(bin|idx)")
 
@@ -49,7 +41,8 @@ CORPUS_FILES = re.compile(r"dict\..+\.txt|(train|valid|test)\d*\..+\.(bin|idx)")
 def corpus_hashes(corpus_bin: str) -> Dict[str, str]:
     """``{name: sha256}`` of the binarized corpus's dictionaries and splits: what a
     distillation is of, whatever path the corpus has."""
-    return {name: sha256(os.path.join(corpus_bin, name)) for name in sorted(os.listdir(corpus_bin))
+    return {name: file_sha256(os.path.join(corpus_bin, name))
+            for name in sorted(os.listdir(corpus_bin))
             if CORPUS_FILES.fullmatch(name) and os.path.isfile(os.path.join(corpus_bin, name))}
 
 

@@ -83,7 +83,7 @@ def load_teacher(paths: Sequence[str], corpus_bin: str, trained_on: Optional[str
         model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
         models.append(model.eval())
         task = task or own
-        hashes.append(checks.sha256(path))
+        hashes.append(checkpoint_io.file_sha256(path))
     return Teacher(list(paths), models, task, hashes)
 
 
@@ -274,7 +274,7 @@ def distill(teachers: Sequence[str], data: str, out: Optional[str] = None,
     checks.check_inputs(out, {**{f"teacher {p}": p for p in teachers}, "--data": corpus_bin})
     for path in teachers:
         checkpoint_io.check_readable(path)
-    hashes = [{"path": os.path.abspath(p), "sha256": checks.sha256(p)}
+    hashes = [{"path": os.path.abspath(p), "sha256": checkpoint_io.file_sha256(p)}
               for p in teachers if os.path.isfile(p)]
     plan = {"teachers": [{**t, "path": os.path.relpath(t["path"], out)} for t in hashes],
             "corpus": corpus_bin, "corpus_sha256": checks.corpus_hashes(corpus_bin),
@@ -314,7 +314,7 @@ def distill(teachers: Sequence[str], data: str, out: Optional[str] = None,
                     "distilled_sentences": sentences,
                     # pins the corpus: students compared across seeds and machines must have
                     # trained on the same targets (budget's corpus snapshot checks it)
-                    "train_sha256": checks.sha256(os.path.join(
+                    "train_sha256": checkpoint_io.file_sha256(os.path.join(
                         out, "text", f"train.{teacher.task.cfg.target_lang}")),
                     "skipped_source_too_long": {"sentences": len(dataset) - len(keep),
                                                 "max_source_positions": limit},

@@ -17,7 +17,6 @@ sha256 (:func:`file_hashes`). A write that fails (a full disk) is one line namin
 import contextlib
 import errno
 import glob
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ import shutil
 import tempfile
 from typing import Dict, Iterator, List, Optional, Set
 
+from fairseq_shared import checkpoint_io
 from fairseq_shared.export.plain import ExportError
 from fairseq_shared.locks import held
 
@@ -158,11 +158,7 @@ def file_hashes(directory: str) -> Dict[str, str]:
             relative = os.path.relpath(path, directory)
             if relative == REPORT or os.path.islink(path):
                 continue
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            hashes[relative] = digest.hexdigest()
+            hashes[relative] = checkpoint_io.file_sha256(path)
     return hashes
 
 
