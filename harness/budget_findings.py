@@ -205,11 +205,16 @@ class Pools:
     """The seed sds of a table's final models: ``by_group[metric][group]`` pooled over the
     configurations of one group of alike rows (``training_data`` of their records),
     ``every_row[metric]`` over all of them (the pooling a verdict is checked against);
-    ``group[name]`` is a configuration's group, ``members[group]`` its configurations."""
+    ``group[name]`` is a configuration's group."""
     by_group: Dict[str, Dict[str, Pool]]
     every_row: Dict[str, Pool]
     group: Dict[str, str]
-    members: Dict[str, List[str]]
+
+    @property
+    def members(self) -> Dict[str, List[str]]:
+        """{group: its configurations}, in the order of :attr:`group`."""
+        return {g: [n for n in self.group if self.group[n] == g]
+                for g in sorted(set(self.group.values()))}
 
     def of(self, metric: str, name: str) -> Pool:
         return self.by_group[metric][self.group[name]]
@@ -272,13 +277,12 @@ def _pooled(finals):
     losses = {n: valid_losses(rs) for n, rs in runs.items() if valid_losses(rs)}
     bleu = {n: [r["test"]["bleu"] for r in rs] for n, rs in runs.items()}
     group = {n: rs[0]["training_data"] for n, rs in runs.items()}
-    members = {g: [n for n in runs if group[n] == g] for g in sorted(set(group.values()))}
     return runs, losses, Pools(
         by_group={"bleu": pooled_by_group(bleu, group),
                   "valid_loss": pooled_by_group(losses, group)},
         every_row={"bleu": pooled_sd(list(bleu.values())),
                    "valid_loss": pooled_sd(list(losses.values()))},
-        group=group, members=members)
+        group=group)
 
 
 def best_sets(finals, results: str, refs: List[str]) -> Dict[str, Dict]:
