@@ -10,10 +10,18 @@ anyone remembering to.
 
 import ast
 import inspect
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from helpers_env import pythonpath
+
+# every process the suite spawns starts with fairseq's scikit-learn and SciPy imports deferred
+# (tests/deferred_imports/sitecustomize.py); a test that sets PYTHONPATH itself uses pythonpath()
+os.environ["PYTHONPATH"] = pythonpath(
+    *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
 
 SPAWNING_MODULES = {"subprocess"}  # subprocess.run, .Popen, ...
 BASE_SPAWNERS = {"run_tool", "fairseq_command", "fairseq_tool", "build_toy_corpus"}

@@ -11,6 +11,7 @@ import pytest
 
 from harness import queue
 from helpers_data import shared_toy_corpus
+from helpers_env import pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "t",
@@ -31,7 +32,7 @@ def start_worker(cli: str, toy: str, root: Path, *args: str, delay=None,
                  command: str = "run") -> subprocess.Popen:
     """``python -m harness.<cli> run`` (or ``command``) with work and results under ``root``;
     ``delay``: the claim delay to inject (:data:`queue.CLAIM_DELAY_ENV`)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+    env = dict(os.environ, PYTHONPATH=pythonpath(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                **GIT_IDENTITY)
     env.pop(queue.CLAIM_DELAY_ENV, None)
     if delay:

@@ -17,6 +17,7 @@ import pytest
 from harness import budget_curve, child, queue, queue_cli
 from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
 from helpers_queue import attempts as count_attempts
+from helpers_env import pythonpath
 
 # 60 updates, a checkpoint and a validation every 10: a kill lands between two of them
 SETTINGS = ["--queue", "vanilla:1", "--budget", "tiny", "--set", "max_update=60",
@@ -138,7 +139,7 @@ def _holder(work, ident, light=True):
             "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print(True, flush=True)\n"
             "time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=pythonpath(ROOT)))
     assert proc.stdout.readline().strip() == "True"
     return proc
 

@@ -3,16 +3,14 @@ from fairseq's log and the CPU log, busy processes beside a measurement, the ben
 and a real measurement on the toy corpus."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from fairseq_shared.errors import FairseqSharedError
-from harness import train_rate
+from harness import budget, train_rate
 from helpers_queue import toy  # noqa: F401  (a fixture)
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 
 
 def test_steady_rates_leave_out_the_first_interval():
@@ -42,13 +40,21 @@ def test_a_restart_needs_exactly_one_checkpoint_at_the_update_and_names_what_is_
         train_rate.checkpoint_at(str(tmp_path), "vanilla", 15600)
 
 
-def test_rates_refuses_from_without_its_update_in_one_line():
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.budget", "rates", "--data", "nowhere",
-         "--out", "nowhere.json", "--from", "work/budget_long/runs_s1"],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "--from and --from-update go together" in result.stderr
+def rates(capsys, *flags):
+    """``python -m harness.budget rates`` with ``flags``, in this process: (exit code, stderr)."""
+    with pytest.raises(SystemExit) as e:
+        budget.main(["rates", "--data", "nowhere", "--out", "nowhere.json", *flags])
+    return e.value.code, capsys.readouterr().err
+
+
+def test_rates_refuses_from_without_its_update_in_one_line(capsys):
+    with pytest.raises(FairseqSharedError, match="--from and --from-update go together") as e:
+        budget.main(["rates", "--data", "nowhere", "--out", "nowhere.json",
+                     "--from", "work/budget_long/runs_s1"])
+    sys.excepthook(e.type, e.value, e.tb)  # the plug-in's (compat, 8), as the process exits
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert ": error: --from and --from-update go together" in err
 
 
 def test_busy_processes_run_beside_the_block_and_are_stopped_after_it():
@@ -83,13 +89,10 @@ def test_the_benchmark_table_has_a_column_per_load_and_a_row_per_policy():
     ("--beside", "0,-1", "-1 is out of range; allowed: an integer >= 0"),
     ("--threads", "2,x", "'x' is not an integer"),
 ])
-def test_rates_refuses_bad_flags_in_one_line(flag, value, message):
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.budget", "rates", "--data", "nowhere",
-         "--out", "nowhere.json", flag, value], capture_output=True, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT})
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"argument {flag}: {message}" in result.stderr
+def test_rates_refuses_bad_flags_in_one_line(flag, value, message, capsys):
+    code, err = rates(capsys, flag, value)
+    assert code == 2 and "Traceback" not in err
+    assert f"argument {flag}: {message}" in err
 
 
 @pytest.mark.slow
