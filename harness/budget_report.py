@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.data.pipeline import read_lines
-from harness import frontier_report
+from harness import beam1, frontier_report
 from harness.budget_curve import NAMES
 from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best_sets,
                                      comparisons, crossover_lines, describe, long_bleu_lines,
@@ -323,7 +323,8 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
-                              lookup["bleu"] if lookup else None, later=later), ""]
+                              lookup["bleu"] if lookup else None, later=later,
+                              beam1_runs=beam1.load(results)), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:

@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from harness import frontier_report
+from harness import beam1, frontier_report
 from harness.statistics import (fmt_difference, fmt_seeds, markdown_row,
                                                    markdown_table)
 
@@ -16,6 +16,9 @@ from harness.statistics import (fmt_difference, fmt_seeds, markdown_row,
 ROWS = {
     "vanilla": "vanilla",
     "cycle_rev_2L": "cycle_rev, 6 layers over 3 sets (Takase & Kiyono)",
+    "vanilla_2L_narrow": "vanilla, 6 layers narrowed to cycle_rev's size (d = 96)",
+    "cycle_rev_2L_depthcond": "cycle_rev, each depth its own norms and biases",
+    "cycle_rev_2L_lora8": "cycle_rev, each depth a rank-8 LoRA delta (deploys unshared)",
     "vanilla_2L": "vanilla, twice as deep",
     "attn_shared": "attention shared by all layers (ALBERT)",
     "nodec_ffn": "no decoder FFN",
@@ -82,12 +85,15 @@ def speed_cells(frontier: List[Dict], later: Dict[str, List[Dict]],
 def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla",
-                  later: Optional[Dict[str, List[Dict]]] = None) -> List[str]:
+                  later: Optional[Dict[str, List[Dict]]] = None,
+                  beam1_runs: Optional[Dict[str, List[Dict]]] = None) -> List[str]:
     """``finals``: {configuration: {seed: final record}}; ``versus``:
     :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
     None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet; ``later``:
-    the records of later frontier runs (:func:`speed_cells`), whose notes follow the table."""
+    the records of later frontier runs (:func:`speed_cells`), whose notes follow the table;
+    ``beam1_runs``: :func:`beam1.load`'s, the beam-1 column where there is any."""
     cells, notes = speed_cells(frontier, later or {}, baseline)
+    beam1_cells, beam1_notes = beam1.cells(beam1_runs or {}, baseline)
     sizes, speeds = [None], ["decoding speed"]
     if frontier:
         sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]
@@ -96,7 +102,8 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
             "test BLEU, final: mean ± sd [95% over seeds] (per seed)",
             f"ΔBLEU vs {baseline} 3+3 [95%: seeds and test sampling]",
             "valid loss, final (bits)", f"Δ valid loss vs {baseline} 3+3 [95%: seeds]",
-            "training CPU per update", "MB (fairseq / ct2_int8)", *speeds]
+            "training CPU per update", "MB (fairseq / ct2_int8)", *speeds,
+            *([beam1.HEADER] if beam1_runs else [])]
     lines = markdown_table(head, align="llrrrlrlr")
     if lookup_bleu is not None:
         lines.append("| lookup baseline (closest training verse) | - | - | - | "
@@ -114,6 +121,7 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                fmt_seeds(losses, ".3f") if losses else "not measured",
                versus_cell(diff, "valid_loss", "+.3f"),
                f"{rate / base_rate:.2f}" if rate and base_rate else "-",
-               own.get("mb", "not measured"), *[own.get("speed", {}).get(bs, "-") for bs in sizes]]
+               own.get("mb", "not measured"), *[own.get("speed", {}).get(bs, "-") for bs in sizes],
+               *([beam1_cells.get(name, "-")] if beam1_runs else [])]
         lines.append(markdown_row(row))
-    return lines + [line for note in notes for line in ("", note)]
+    return lines + [line for note in notes + beam1_notes for line in ("", note)]
