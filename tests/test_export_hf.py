@@ -55,6 +55,30 @@ def test_pre_ln_cycle_rev_exports_to_m2m100_and_passes_the_check(toy):
         "suppress_tokens": [1], "decoder_start_token_id": 2}
 
 
+def test_a_beam_1_export_passes_the_check_with_greedy_search(toy, tmp_path):
+    """Issue 55's deployment protocol decodes at beam 1: HF's greedy search returns no sequence
+    scores, so the check scores its hypotheses with the model's own log-probs, as fairseq."""
+    _, checkpoint, _, _ = toy
+    report = export(str(checkpoint), str(tmp_path), hf=True, hf_form="stock", sentences=12,
+                    beam=1)
+    check = report["verify"]["hf_vs_fairseq"]
+    assert report["ok"] and check["search"]["identical"] == 12, check
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation["num_beams"] == 1 and not generation.get("early_stopping")
+
+
+def test_a_beam_1_generation_config_is_one_transformers_saves(tmp_path):
+    from fairseq.data import Dictionary
+
+    from fairseq_shared.export.hf_generation import generation_config
+
+    greedy = generation_config(Dictionary(), beam=1)
+    greedy.save_pretrained(tmp_path)  # validates: early stopping needs beams
+    saved = json.loads((tmp_path / "generation_config.json").read_text())
+    assert saved["num_beams"] == 1 and not saved.get("early_stopping")
+    assert generation_config(Dictionary(), beam=4).early_stopping is True
+
+
 FRESH = """
 import json, sys
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer

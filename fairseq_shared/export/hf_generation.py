@@ -3,7 +3,8 @@
 ``generation_config.json`` holds what it can (checked facts: ``shared/reference/hf-export.md``):
 the decoder starts from EOS, ``num_beams``, ``length_penalty`` (fairseq's ``--lenpen``: both
 divide the sum of log-probs, EOS included, by the length with EOS to that power),
-``early_stopping=True`` (fairseq's stopping rule), ``min_length = min_len + 1`` (HF counts the
+``early_stopping=True`` (fairseq's stopping rule; at beam 1, greedy search, there are no beams to
+stop and transformers refuses the flag), ``min_length = min_len + 1`` (HF counts the
 start token), pad suppressed, ``max_length = max_len_b + 2`` (fairseq's limit with
 ``--max-len-a 0``; HF has no source-relative limit).
 
@@ -37,7 +38,7 @@ class FairseqLengthLimit(LogitsProcessor):
 def generation_config(tgt_dict, beam: int = 4, lenpen: float = 1.0, max_len_b: int = 200,
                       min_len: int = 1) -> GenerationConfig:
     return GenerationConfig(
-        num_beams=beam, length_penalty=lenpen, early_stopping=True, do_sample=False,
+        num_beams=beam, length_penalty=lenpen, early_stopping=beam > 1, do_sample=False,
         min_length=min_len + 1, max_length=max_len_b + 2, suppress_tokens=[tgt_dict.pad()],
         decoder_start_token_id=tgt_dict.eos(), bos_token_id=tgt_dict.bos(),
         eos_token_id=tgt_dict.eos(), pad_token_id=tgt_dict.pad(), forced_eos_token_id=None,
@@ -81,12 +82,17 @@ class HFEngine:
         out = generate(self.model, ids, mask, max_length=limit + 2, num_beams=beam,
                        length_penalty=lenpen, min_length=min_len + 1)
         hyps = []
-        for row, score in zip(out.sequences.tolist(), out.sequences_scores.tolist()):
+        for row in out.sequences.tolist():
             tokens = row[1:]
             while tokens and tokens[-1] == self.pad:
                 tokens.pop()
-            hyps.append((tokens, float(score)))
-        return hyps
+            hyps.append(tokens)
+        if beam > 1:
+            scores = out.sequences_scores.tolist()
+        else:  # greedy search returns no sequence scores: fairseq's, from the model's log-probs
+            scores = [float(lprobs.sum()) / len(tokens) ** lenpen
+                      for lprobs, tokens in zip(self.score(sources, hyps), hyps)]
+        return [(tokens, float(score)) for tokens, score in zip(hyps, scores)]
 
     def score(self, sources, targets: Sequence[Sequence[int]]) -> List[torch.Tensor]:
         """Teacher-forced per-token log-probs (FSMT builds its causal mask only without the
