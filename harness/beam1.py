@@ -6,14 +6,16 @@ Each run is a frontier run (``python -m harness.frontier ... --beam 1 --batch-si
 (:func:`frontier_report.later_runs` refuses a run without it), since a model's ratio divides by
 its own run's vanilla. Rendered from the records alone: the summary's beam-1 column."""
 
+import json
 import statistics
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from harness import frontier_report
 from harness.frontier_report import configuration
 
 FOLDER = "beam1"
+NOT_KEPT = "NOT_KEPT.json"
 SETTINGS = {"beam": 1, "batch_sizes": [32], "threads": 1}
 #: the published figure as issue 55 quotes it: another CPU and language pair, so a reference
 #: beside the column, never a ratio
@@ -52,34 +54,59 @@ def model_rows(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[str
     for folder, records in runs.items():
         check_settings(folder, records)
         best = fastest(records)
-        base = statistics.mean(r["speed"] for m, r in best.items() if configuration(m) == anchor)
+        base = statistics.mean(anchor_speeds({folder: records}, anchor)[folder])
         for model, r in best.items():
             out.setdefault(model, []).append({**r, "ratio": r["speed"] / base,
                                               "run": Path(folder).name})
     return out
 
 
-def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Tuple[Dict[str, str], List[str]]:
+def anchor_speeds(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[str, List[float]]:
+    """``{run folder: the anchor configuration's seeds' fastest-engine speeds}``."""
+    return {folder: [r["speed"] for m, r in sorted(fastest(records).items())
+                     if configuration(m) == anchor] for folder, records in runs.items()}
+
+
+def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
+          not_kept: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
     """``({configuration: its column cell}, notes)``: a model's runs averaged, then the
-    configuration's seeds (each ratio over its own run's anchor); the engine named is the
-    fastest, every one where runs or seeds differ."""
-    groups: Dict[str, List[List[Dict]]] = {}
+    configuration's seeds (each ratio over its own run's anchor), the seeds timed named; the
+    engine named is the fastest, every one where runs or seeds differ. A configuration none of
+    whose models was timed and some of whose are in ``not_kept`` (:func:`load`) says so."""
+    groups: Dict[str, List[Tuple[str, List[Dict]]]] = {}
     for model, timings in sorted(model_rows(runs, anchor).items()):
-        groups.setdefault(configuration(model), []).append(timings)
+        groups.setdefault(configuration(model), []).append((model, timings))
     out = {}
     for name, seeds in groups.items():
-        engines = ", ".join(dict.fromkeys(r["engine"] for timings in seeds for r in timings))
+        engines = ", ".join(dict.fromkeys(r["engine"] for _, timings in seeds for r in timings))
         mean = lambda key: statistics.mean(  # noqa: E731  (over seeds, of each seed's runs)
-            statistics.mean(r[key] for r in timings) for timings in seeds)
-        counted = f" ({len(seeds)} seeds)" if len(seeds) > 1 else ""
+            statistics.mean(r[key] for r in timings) for _, timings in seeds)
+        timed = ", ".join(model[len(name) + 1:] for model, _ in seeds)
         out[name] = (f"{mean('bleu'):.2f} / {mean('speed'):,.0f} ({engines}) / "
-                     f"{mean('ratio'):.2f}{counted}")
+                     f"{mean('ratio'):.2f} ({timed})")
+    for model in not_kept:
+        out.setdefault(configuration(model), "model not kept")
+    lost = [m for m in not_kept if configuration(m) in groups]
+    spread = [f"{min(speeds):,.0f}-{max(speeds):,.0f} tok/s in `{Path(folder).name}`"
+              for folder, speeds in anchor_speeds(runs, anchor).items() if len(speeds) > 1]
     notes = [f"The beam-1 column: `{FOLDER}/RUN/models/*.json`, each run with vanilla 3+3 timed "
              f"in it ({', '.join(f'`{Path(f).name}`' for f in runs)}); per model its fastest "
-             "engine by CPU tokens/s, and the BLEU of that engine's output at beam 1; \"-\": "
-             f"not timed at beam 1. {PUBLISHED}."] if runs else []
+             "engine by CPU tokens/s, and the BLEU of that engine's output at beam 1, the seeds "
+             "timed in brackets"
+             + (f" (not kept, so not timed: {', '.join(lost)}; `{FOLDER}/{NOT_KEPT}`)"
+                if lost else "")
+             + f"; \"-\": not timed at beam 1"
+             + (f". Vanilla 3+3's own seeds, one architecture in one run, read "
+                f"{'; '.join(spread)}: ratios within that spread are noise" if spread else "")
+             + f". {PUBLISHED}."] if runs else []
     return out, notes
 
 
 def load(results: str, anchor: str = "vanilla") -> Dict[str, List[Dict]]:
     return frontier_report.later_runs(str(Path(results) / FOLDER), anchor)
+
+
+def not_kept(results: str) -> List[str]:
+    """The final models whose files are gone (``beam1/NOT_KEPT.json``, with why)."""
+    path = Path(results) / FOLDER / NOT_KEPT
+    return json.loads(path.read_text(encoding="utf-8"))["models"] if path.exists() else []

@@ -324,7 +324,8 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None, later=later,
-                              beam1_runs=beam1.load(results)), ""]
+                              beam1_runs=beam1.load(results),
+                              beam1_not_kept=beam1.not_kept(results)), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:

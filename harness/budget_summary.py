@@ -4,7 +4,7 @@ models."""
 
 import statistics
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from harness import beam1, frontier_report
 from harness.statistics import (fmt_difference, fmt_seeds, markdown_row,
@@ -86,14 +86,16 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   cpu_per_update: Optional[Dict[str, float]], frontier: List[Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla",
                   later: Optional[Dict[str, List[Dict]]] = None,
-                  beam1_runs: Optional[Dict[str, List[Dict]]] = None) -> List[str]:
+                  beam1_runs: Optional[Dict[str, List[Dict]]] = None,
+                  beam1_not_kept: Sequence[str] = ()) -> List[str]:
     """``finals``: {configuration: {seed: final record}}; ``versus``:
     :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
     None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet; ``later``:
     the records of later frontier runs (:func:`speed_cells`), whose notes follow the table;
-    ``beam1_runs``: :func:`beam1.load`'s, the beam-1 column where there is any."""
+    ``beam1_runs``: :func:`beam1.load`'s, the beam-1 column where there is any, and
+    ``beam1_not_kept``: :func:`beam1.not_kept`'s."""
     cells, notes = speed_cells(frontier, later or {}, baseline)
-    beam1_cells, beam1_notes = beam1.cells(beam1_runs or {}, baseline)
+    beam1_cells, beam1_notes = beam1.cells(beam1_runs or {}, baseline, beam1_not_kept)
     sizes, speeds = [None], ["decoding speed"]
     if frontier:
         sizes = [str(b) for b in frontier[0]["settings"]["batch_sizes"]]

@@ -38,14 +38,23 @@ def test_each_model_in_its_fastest_engine_over_its_own_runs_vanilla(tmp_path):
     write_run(tmp_path / "beam1" / "b", [
         record("vanilla_s1", {"ct2_int8": 800}, {"ct2_int8": 29.0}, boot="other"),
         record("narrow_s2", {"ct2_int8": 1000}, {"ct2_int8": 27.0}, boot="other")])
-    cells, notes = beam1.cells(beam1.load(str(tmp_path)))
+    cells, notes = beam1.cells(beam1.load(str(tmp_path)), not_kept=["narrow_s3", "big_s1"])
     # the narrow model: BLEU (28.0 + 27.0) / 2, tok/s (1,500 + 1,000) / 2, ratios 1.50 and 1.25
-    assert cells["narrow"] == "27.50 / 1,250 (ct2_int8) / 1.38 (2 seeds)"
+    assert cells["narrow"] == "27.50 / 1,250 (ct2_int8) / 1.38 (s1, s2)"
     # vanilla s1 timed in both runs: one seed, each run's ratio 1.00
-    assert cells["vanilla"] == "29.00 / 900 (ct2_int8) / 1.00"
-    assert cells["san_dec2L"] == "31.00 / 600 (torchscript) / 0.60"
+    assert cells["vanilla"] == "29.00 / 900 (ct2_int8) / 1.00 (s1)"
+    assert cells["san_dec2L"] == "31.00 / 600 (torchscript) / 0.60 (s1)"
+    assert cells["big"] == "model not kept"  # none of its models timed, and gone
     assert len(notes) == 1 and "`a`, `b`" in notes[0] and "about 3,300 target tokens/s" in notes[0]
     assert "a reference, not a ratio" in notes[0]
+    assert "(not kept, so not timed: narrow_s3; `beam1/NOT_KEPT.json`)" in notes[0]
+    assert "Vanilla 3+3's own seeds" not in notes[0]  # one seed in each run: no spread to show
+    write_run(tmp_path / "beam1" / "c", [
+        record("vanilla_s1", {"ct2_int8": 1000}, boot="c"),
+        record("vanilla_s2", {"ct2_int8": 750}, boot="c")])
+    _, notes = beam1.cells(beam1.load(str(tmp_path)))
+    assert "Vanilla 3+3's own seeds, one architecture in one run, read 750-1,000 tok/s in `c`" \
+        in notes[0]
 
 
 def test_a_run_at_other_settings_or_without_vanilla_is_refused(tmp_path):
@@ -58,6 +67,21 @@ def test_a_run_at_other_settings_or_without_vanilla_is_refused(tmp_path):
         beam1.load(str(tmp_path / "other"))
 
 
+def test_the_committed_not_kept_models_are_final_models_history_lacks():
+    """``beam1/NOT_KEPT.json`` names only final models with a record, none of the 13 that commit
+    228a8ec keeps (results/README.md, "Model binaries")."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parent.parent / "results" / "bible_budget"
+    gone = beam1.not_kept(str(results))
+    finals = {p.stem for p in [*results.glob("runs/*.json"), *results.glob("long/runs/*.json")]}
+    assert gone and set(gone) <= finals
+    kept = {"attn_shared_s1", "cycle_rev_2L_s1", "cycle_rev_2L_s2", "nodec_ffn_s1",
+            "one_wide_ffn_s1", "san_dec2L_s1", "vanilla_2L_dec1_s1", "vanilla_2L_dec1_s2",
+            "vanilla_2L_s1", "vanilla_2L_s2", "vanilla_dec2L_s1", "vanilla_s1", "vanilla_s2"}
+    assert not kept & set(gone) and finals <= kept | set(gone)
+
+
 def test_the_summary_has_the_column_only_where_a_beam1_run_exists(tmp_path):
     finals = {"vanilla": {1: {"name": "vanilla", "seed": 1, "label": "Vanilla", "N": 3,
                               "decoder_N": 3, "params": 1000, "test": {"bleu": 30.0}}}}
@@ -67,5 +91,5 @@ def test_the_summary_has_the_column_only_where_a_beam1_run_exists(tmp_path):
                                                 {"ct2_int8": 29.5})])
     lines = summary_table(finals, {}, None, [], None, beam1_runs=beam1.load(str(tmp_path)))
     assert lines[0].endswith(f"| {beam1.HEADER} |")
-    assert lines[2].endswith("| 29.50 / 1,000 (ct2_int8) / 1.00 |")
+    assert lines[2].endswith("| 29.50 / 1,000 (ct2_int8) / 1.00 (s1) |")
     assert lines[-1].startswith("The beam-1 column: `beam1/RUN/models/*.json`")
