@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from fairseq_shared.cli import audit as command
@@ -48,9 +49,27 @@ def test_chunked_index_finds_the_same_neighbours():
     chunked = audit.CharNgramIndex(texts, fit_max=6, chunk=5)
     queries = [s for s, _ in HELD]
     a, b = whole.top_k(queries, 5), chunked.top_k(queries, 5)
-    # same texts ranked first (copies of a line tie; compare the texts, not the indices)
-    assert [[texts[j] for j in row[:3]] for row in a] == [[texts[j] for j in row[:3]] for row in b]
-    assert b.shape == (3, 5) and b.max() < len(texts)
+    # copies of a line tie: in corpus order, across chunk borders too, so the indices agree
+    assert a.tolist() == b.tolist() and b.shape == (3, 5)
+    assert all(texts[a[i, 0]] == texts[a[i, 1]] and a[i, 0] < a[i, 1] for i in range(2))
+
+
+def test_best_per_row_is_a_full_sort_by_value_then_column():
+    rng = np.random.default_rng(0)
+    sims = rng.integers(0, 4, size=(50, 40)).astype(np.float32)  # many ties, at the k-th too
+    for k in (1, 5, 40, 60):
+        ids, vals = audit.best_per_row(sims, k)
+        expected = np.array([sorted(range(40), key=lambda c: (-row[c], c))[:k] for row in sims])
+        assert ids.tolist() == expected.tolist()
+        assert vals.tolist() == np.take_along_axis(sims, expected, axis=1).tolist()
+
+
+def test_lookup_breaks_a_tie_between_copies_of_a_source_by_the_later_verse():
+    src = [s for s, _ in TRAIN] + [TRAIN[5][0]]  # line 5's source again, another target
+    tgt = [t for _, t in TRAIN] + ["Jesus shed tears."]
+    assert audit.lookup_translations(["Jesús lloró."], src, tgt, k=3) == ["Jesus shed tears."]
+    assert audit.closest_train(["Jesús lloró."], ["Jesus cried."], src, tgt, k=3)[0][
+        "best"] == len(src) - 1
 
 
 def test_closest_train_scores_match_sacrebleu():
@@ -247,3 +266,18 @@ def test_a_path_that_is_not_utf8_is_reported_escaped(tmp_path):
     report = json.loads((root / "audit.json").read_text(encoding="utf-8"))
     assert report["raw_dir"].endswith("corpus\\xff/raw")
     assert (root / "audit.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("snapshot", sorted(
+    str(p.parent.relative_to(Path(__file__).resolve().parents[1]))
+    for p in (Path(__file__).resolve().parents[1] / "results").glob("**/corpus/lookup.test.hyp")))
+def test_each_committed_lookup_baseline_scores_what_its_audit_says(snapshot):
+    import sacrebleu
+
+    root = Path(__file__).resolve().parents[1] / snapshot
+    hyps, refs = (root.joinpath(name).read_text().splitlines()
+                  for name in ("lookup.test.hyp", "test.ref"))
+    recorded = json.loads((root / "audit.json").read_text())["splits"]["test"]["lookup"]
+    assert len(hyps) == len(refs)
+    assert round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2) == recorded["bleu"]
+    assert round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2) == recorded["chrf"]

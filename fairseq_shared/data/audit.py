@@ -72,26 +72,39 @@ class CharNgramIndex:
                        for start in range(0, len(texts), chunk)]
 
     def top_k(self, queries: Sequence[str], k: int, block: int = 256) -> np.ndarray:
-        """Indices of the ``k`` most similar indexed texts for each query (best first)."""
+        """Indices of the ``k`` most similar indexed texts for each query: best first, equal
+        similarities in corpus order, so every CPU retrieves the same (:func:`best_per_row`)."""
         k = min(k, self.size)
         q = self.vectorizer.transform(queries)
         out = np.zeros((len(queries), k), dtype=np.int64)
         for b in range(0, len(queries), block):
             best_ids = best_sims = None
             for start, matrix in self.chunks:
-                sims = (q[b:b + block] @ matrix.T).toarray()
-                kk = min(k, sims.shape[1])
-                part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
-                part_sims = np.take_along_axis(sims, part, axis=1)
-                part = part + start
+                ids, sims = best_per_row((q[b:b + block] @ matrix.T).toarray(), k)
+                ids = ids + start
                 if best_ids is not None:
-                    part = np.concatenate([best_ids, part], axis=1)
-                    part_sims = np.concatenate([best_sims, part_sims], axis=1)
-                order = np.argsort(-part_sims, axis=1, kind="stable")[:, :k]
-                best_ids = np.take_along_axis(part, order, axis=1)
-                best_sims = np.take_along_axis(part_sims, order, axis=1)
+                    ids = np.concatenate([best_ids, ids], axis=1)
+                    sims = np.concatenate([best_sims, sims], axis=1)
+                order = np.lexsort((ids, -sims), axis=1)[:, :k]
+                best_ids = np.take_along_axis(ids, order, axis=1)
+                best_sims = np.take_along_axis(sims, order, axis=1)
             out[b:b + block] = best_ids
         return out
+
+
+def best_per_row(sims: np.ndarray, k: int):
+    """The ``k`` largest values of each row of ``sims`` and their columns, largest first and
+    equal values by column. ``np.argpartition`` alone would choose among equal values (the same
+    verse twice in a corpus) in an order that differs between CPUs."""
+    kk = min(k, sims.shape[1])
+    kth = -np.partition(-sims, kk - 1, axis=1)[:, kk - 1:kk]
+    rows, cols = np.nonzero(sims >= kth)  # each row: its kk best and any equal to the kk-th
+    vals = sims[rows, cols]
+    order = np.lexsort((cols, -vals, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows)
+    keep = rank < kk
+    return cols[keep].reshape(-1, kk), vals[keep].reshape(-1, kk)
 
 
 def sentence_chrf(hyp: str, ref: str) -> float:
@@ -118,7 +131,7 @@ def closest_train(held_src: Sequence[str], held_tgt: Sequence[str], train_src: S
         for j in dict.fromkeys([*cand_src[i].tolist(), *cand_tgt[i].tolist()]):
             s, t = sentence_chrf(train_src[j], hs), sentence_chrf(train_tgt[j], ht)
             scored[j] = (max(s, t), s, t)
-        best = max(scored, key=lambda j: scored[j][0])
+        best = max(scored, key=lambda j: (scored[j][0], j))  # a tie: the later verse
         results.append({"best": best, "score": scored[best][0], "src_chrf": scored[best][1],
                         "tgt_chrf": scored[best][2],
                         "candidates": {j: v[0] for j, v in scored.items()}})
@@ -133,7 +146,8 @@ def lookup_translations(held_src: Sequence[str], train_src: Sequence[str],
     cands = src_index.top_k(held_src, k)
     out = []
     for i, hs in enumerate(held_src):
-        best = max(cands[i].tolist(), key=lambda j: sentence_chrf(train_src[j], hs))
+        # a tie (the same source twice in train): the later verse, on every CPU
+        best = max(cands[i].tolist(), key=lambda j: (sentence_chrf(train_src[j], hs), j))
         out.append(train_tgt[best])
     return out
 
