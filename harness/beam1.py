@@ -69,8 +69,10 @@ def anchor_speeds(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[
 
 def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
           not_kept: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
-    """``({configuration: its column cell}, notes)``: a model's runs averaged, then the
-    configuration's seeds (each ratio over its own run's anchor), the seeds timed named; the
+    """``({configuration: its column cell}, notes)``: BLEU and speed, a model's runs averaged,
+    then the configuration's seeds; the ratio, the seeds a run timed over that run's anchor,
+    then the runs (so the anchor's own is 1.00 whichever of its seeds a run timed); the seeds
+    timed named; the
     engine named is the fastest, every one where runs or seeds differ. A configuration none of
     whose models was timed and some of whose are in ``not_kept`` (:func:`load`) says so."""
     groups: Dict[str, List[Tuple[str, List[Dict]]]] = {}
@@ -82,8 +84,13 @@ def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
         mean = lambda key: statistics.mean(  # noqa: E731  (over seeds, of each seed's runs)
             statistics.mean(r[key] for r in timings) for _, timings in seeds)
         timed = ", ".join(model[len(name) + 1:] for model, _ in seeds)
+        by_run: Dict[str, List[float]] = {}  # a ratio is of one run: the seeds it timed, then runs
+        for _, timings in seeds:
+            for r in timings:
+                by_run.setdefault(r["run"], []).append(r["ratio"])
+        ratio = statistics.mean(statistics.mean(v) for v in by_run.values())
         out[name] = (f"{mean('bleu'):.2f} / {mean('speed'):,.0f} ({engines}) / "
-                     f"{mean('ratio'):.2f} ({timed})")
+                     f"{ratio:.2f} ({timed})")
     for model in not_kept:
         out.setdefault(configuration(model), "model not kept")
     lost = [m for m in not_kept if configuration(m) in groups]

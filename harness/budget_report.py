@@ -14,7 +14,8 @@ instead (:func:`render_equal_updates`).
 The runs' own CPU totals come from several machines and loads, so training cost is compared
 with ``RESULTS/train_rate.json`` where it exists: every configuration's steady CPU seconds per
 update, measured on one machine in one run (``python -m harness.budget rates``,
-formerly ``scripts/thread_rate.py``). The CPU-hours axis is then updates times that rate.
+formerly ``scripts/thread_rate.py``; later configurations from a later run scaled by vanilla
+3+3, :mod:`~harness.budget_rates`). The CPU-hours axis is then updates times that rate.
 """
 
 import csv
@@ -30,6 +31,7 @@ from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best
                                      comparisons, crossover_lines, describe, long_bleu_lines,
                                      method_note, row_names, row_record, valid_curve)
 from harness.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
+from harness.budget_rates import RATE_FILE, rate_table, scaled, scaled_note, training_rates
 from harness.budget_summary import summary_table, valid_losses, versus_cell
 from harness.configs import BASELINES
 from harness.queue import read_record
@@ -39,7 +41,6 @@ from harness.statistics import (compare_bleu, cost_per_update, fmt_difference,
                                                    pending_line, plot_curves, pooled_sd,
                                                    save_panels, score_cells)
 
-RATE_FILE = "train_rate.json"
 #: the frontier of the models trained after frontier/'s run: timed in a later run (another
 #: machine boot) beside the anchor's seeds, with frontier/'s settings (README.md there says how)
 LATER_FRONTIER = "frontier_later"
@@ -124,42 +125,6 @@ def valid_table(stages, finals, updates: List[int], versus: Dict) -> List[str]:
         row += [fmt_seeds(valid_losses(final), ".3f"),
                 versus_cell(versus.get(name, {}), "valid_loss", "+.3f")]
         lines.append(markdown_row(row))
-    return lines + [""]
-
-
-def training_rates(results: str, finals) -> Optional[Dict]:
-    """``RATE_FILE`` at one thread count ({"rows": {configuration: row}, ...}) or None: the
-    file's own, or where it measured several, the one most final records trained with."""
-    path = Path(results) / RATE_FILE
-    if not path.exists():
-        return None
-    data = read_record(path)
-    measured = {r["threads"] for r in data["rows"]}
-    trained = Counter(f["threads"] for by_seed in finals.values() for f in by_seed.values()
-                      if f["threads"] in measured)
-    threads = (trained.most_common(1)[0][0] if trained else max(measured)) if measured else None
-    return {**data, "rows": {r["config"]: r for r in data["rows"] if r["threads"] == threads}}
-
-
-def rate_table(rates: Dict, layers: Dict[str, str]) -> List[str]:
-    """The one-machine rates, each configuration with its ``layers`` ("enc+dec", from its
-    records)."""
-    rows = rates["rows"]
-    base = rows.get(BASELINE, {}).get("steady_cpu_s_per_update")
-    machine = rates.get("machine", {})
-    lines = ["## Training cost per update, one machine, one run", "",
-             f"`{rates['command']}` ({rates.get('started', '')}, {machine.get('cpu_model')}, "
-             f"{machine.get('cpu_count')} cores, load average at the end "
-             f"{(rates.get('load_average_at_end') or [0])[0]:.2f}, its own): each configuration's "
-             "budget command from scratch, steady state after the first logged interval; CPU "
-             "seconds of the fairseq-train process (all its threads) per update.", "",
-             *markdown_table(["configuration", "layers enc+dec", "CPU s/update",
-                              "× vanilla 3+3", "wall s/update"], align="llrrr")]
-    for name in (n for n in NAMES if n in rows):
-        r = rows[name]
-        ratio = f"{r['steady_cpu_s_per_update'] / base:.2f}" if base else "-"
-        lines.append(f"| {name} | {layers.get(name, '-')} | {r['steady_cpu_s_per_update']:.3f} | "
-                     f"{ratio} | {r['steady_s_per_update']:.3f} |")
     return lines + [""]
 
 
@@ -325,7 +290,9 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None, later=later,
                               beam1_runs=beam1.load(results),
-                              beam1_not_kept=beam1.not_kept(results)), ""]
+                              beam1_not_kept=beam1.not_kept(results),
+                              rate_notes=scaled_note(rates, finals),
+                              scaled=scaled(rates, finals)), ""]
     (out / "summary.md").write_text("\n".join(summary), encoding="utf-8")
     figure = plot(stages, out, lookup["bleu"] if lookup else None, cpu_per_update)
     if figure:

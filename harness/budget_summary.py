@@ -87,13 +87,16 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                   lookup_bleu: Optional[float], baseline: str = "vanilla",
                   later: Optional[Dict[str, List[Dict]]] = None,
                   beam1_runs: Optional[Dict[str, List[Dict]]] = None,
-                  beam1_not_kept: Sequence[str] = ()) -> List[str]:
+                  beam1_not_kept: Sequence[str] = (),
+                  rate_notes: Sequence[str] = (), scaled: Sequence[str] = ()) -> List[str]:
     """``finals``: {configuration: {seed: final record}}; ``versus``:
     :func:`budget_findings.comparisons`; ``cpu_per_update``: {configuration: CPU s/update} or
     None; ``frontier``: :func:`frontier_report.load_records`, possibly none yet; ``later``:
     the records of later frontier runs (:func:`speed_cells`), whose notes follow the table;
     ``beam1_runs``: :func:`beam1.load`'s, the beam-1 column where there is any, and
-    ``beam1_not_kept``: :func:`beam1.not_kept`'s."""
+    ``beam1_not_kept``: :func:`beam1.not_kept`'s; ``scaled``: the configurations whose training
+    CPU a later rate run gave (marked ‡), and ``rate_notes`` what it was
+    (:func:`budget_rates.scaled_note`)."""
     cells, notes = speed_cells(frontier, later or {}, baseline)
     beam1_cells, beam1_notes = beam1.cells(beam1_runs or {}, baseline, beam1_not_kept)
     sizes, speeds = [None], ["decoding speed"]
@@ -122,8 +125,9 @@ def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],
                versus_cell(diff, "bleu"),
                fmt_seeds(losses, ".3f") if losses else "not measured",
                versus_cell(diff, "valid_loss", "+.3f"),
-               f"{rate / base_rate:.2f}" if rate and base_rate else "-",
+               (f"{rate / base_rate:.2f}" + (" ‡" if name in scaled else "")
+                if rate and base_rate else "-"),
                own.get("mb", "not measured"), *[own.get("speed", {}).get(bs, "-") for bs in sizes],
                *([beam1_cells.get(name, "-")] if beam1_runs else [])]
         lines.append(markdown_row(row))
-    return lines + [line for note in notes + beam1_notes for line in ("", note)]
+    return lines + [line for note in [*notes, *beam1_notes, *rate_notes] for line in ("", note)]

@@ -346,39 +346,6 @@ def test_milestones_and_queue_order():
         budget_curve.parse_queue("universal:1")
 
 
-def test_training_cost_is_compared_from_one_machine_run(tmp_path):
-    rates = {"command": "python scripts/thread_rate.py ...", "started": "2026-12-02 06:00:00",
-             "machine": {"cpu_model": "Some CPU", "cpu_count": 2},
-             "rows": [{"config": "vanilla", "threads": 2, "steady_cpu_s_per_update": 0.8,
-                       "steady_s_per_update": 0.43},
-                      {"config": "vanilla", "threads": 1, "steady_cpu_s_per_update": 0.6,
-                       "steady_s_per_update": 0.6},
-                      {"config": "cycle_rev_2L", "threads": 2, "steady_cpu_s_per_update": 1.2,
-                       "steady_s_per_update": 0.64}]}
-    finals = {"vanilla": {1: {"threads": 2}, 2: {"threads": 1}}, "cycle_rev_2L": {1: {"threads": 2}}}
-    assert budget_report.training_rates(str(tmp_path), finals) is None
-    (tmp_path / budget_report.RATE_FILE).write_text(json.dumps(rates))
-    read = budget_report.training_rates(str(tmp_path), finals)
-    # the thread count most final records trained with (2) only
-    assert {n: r["steady_cpu_s_per_update"] for n, r in read["rows"].items()} == \
-        {"vanilla": 0.8, "cycle_rev_2L": 1.2}
-    finals["cycle_rev_2L"][1]["threads"] = finals["vanilla"][1]["threads"] = 1
-    assert set(budget_report.training_rates(str(tmp_path), finals)["rows"]) == {"vanilla"}
-    table = "\n".join(budget_report.rate_table(read, {"vanilla": "3+3", "cycle_rev_2L": "6+6"}))
-    assert "| vanilla | 3+3 | 0.800 | 1.00 | 0.430 |" in table
-    assert "| cycle_rev_2L | 6+6 | 1.200 | 1.50 | 0.640 |" in table
-    assert "Some CPU" in table
-    by_seed = {1: {1000: {"train_cpu_seconds": 3600.0}, 2000: {"train_cpu_seconds": 7200.0}},
-               2: {1000: {"train_cpu_seconds": 5400.0}, 2000: {"train_cpu_seconds": 9000.0}}}
-    cpu = {n: r["steady_cpu_s_per_update"] for n, r in read["rows"].items()}
-    assert budget_report.cpu_hours("cycle_rev_2L", by_seed, [1000, 2000], cpu) == \
-        pytest.approx([1000 * 1.2 / 3600, 2000 * 1.2 / 3600])
-    assert budget_report.cpu_hours("attn_shared", by_seed, [1000, 2000], cpu) is None
-    # without a one-machine measurement: the milestones' own CPU, mean over seeds
-    assert budget_report.cpu_hours("cycle_rev_2L", by_seed, [1000, 2000], None) == \
-        pytest.approx([1.25, 2.25])
-
-
 def test_averaged_milestones_decode_and_validate_the_final_stages_average(uninterrupted, toy,
                                                                         tmp_path):
     """``average_milestones`` (the 16,000-update budget): every milestone also measures the
