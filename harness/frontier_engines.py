@@ -235,21 +235,27 @@ def record_path(out: str, name: str) -> str:
 
 
 def write_record(out: str, record: Dict) -> List[str]:
-    """``models/<name>.json`` (hypotheses moved to ``hyp/<name>.<engine>.b<bs>.txt``)."""
+    """``models/<name>.json`` (hypotheses moved to ``hyp/<name>.<engine>.b<bs>.txt``; a cell
+    whose hypotheses equal an earlier cell's names that cell's file, as the exact engines' do,
+    so the tree keeps one copy)."""
     from harness.queue import write_result
 
     name = record["model"]
     paths = [record_path(out, name)]
     os.makedirs(os.path.join(out, "hyp"), exist_ok=True)
     os.makedirs(os.path.dirname(paths[0]), exist_ok=True)
+    written: Dict[str, str] = {}  # text -> the file that holds it
     for engine, e in record["engines"].items():
         for bs, cell in e.get("batch", {}).items():
             hyps = cell.pop("hypotheses", None)
             if hyps is None:
                 continue
-            rel = os.path.join("hyp", f"{name}.{engine}.b{bs}.txt")
-            Path(out, rel).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-            cell["hypotheses_file"] = rel
-            paths.append(os.path.join(out, rel))
+            text = "".join(h + "\n" for h in hyps)
+            if text not in written:
+                rel = os.path.join("hyp", f"{name}.{engine}.b{bs}.txt")
+                Path(out, rel).write_text(text, encoding="utf-8")
+                written[text] = rel
+                paths.append(os.path.join(out, rel))
+            cell["hypotheses_file"] = written[text]
     write_result(Path(paths[0]), record)
     return paths

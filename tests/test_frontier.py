@@ -66,6 +66,11 @@ def test_every_engine_of_an_exportable_model(frontier_run):
                 assert c["exact_claimed"] and c["exact_ok"], (name, engine, bs, c)
                 assert c["identical"] == c["compared"] == SENTENCES
                 assert c["bleu"] == engines["fairseq"]["batch"][bs]["bleu"]
+                # the same hypotheses: one file in the tree, which both cells name
+                assert c["hypotheses_file"] == engines["fairseq"]["batch"][bs]["hypotheses_file"]
+        texts = [p.read_text() for p in (out / "hyp").glob(f"{name}.*")]
+        assert len(texts) == len(set(texts)) == len({c["hypotheses_file"] for e in engines.values()
+                                                     for c in e["batch"].values()})
         assert engines["ct2_int8"]["batch"]["1"]["exact_claimed"] is False
         # the decode trace: fairseq's steps; TorchScript's are the same search
         for bs in ("1", "3"):
