@@ -308,6 +308,16 @@ def test_no_model_binary_is_added_to_results():
     assert f"git checkout {MODELS_COMMIT} --" in text(RESULTS / "README.md")
 
 
+def test_the_tracked_tree_fits_a_gpu_machines_64_mib_with_room():
+    """Tracked files at most 48 MB (issue 54): a GPU machine lent for a check takes 64 MiB."""
+    import subprocess
+
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True,
+                           text=True, check=True).stdout.split("\0")
+    size = sum((ROOT / f).stat().st_size for f in files if f and (ROOT / f).is_file())
+    assert size <= 48e6, f"tracked files: {size / 1e6:.1f} MB, over 48 MB"
+
+
 def test_an_archived_page_names_its_commit_once_for_every_quote():
     body = ("Every command on this page runs at commit af87f30 (`git worktree add ...`).\n\n"
             "```bash\npython -m fairseq_shared.cli.relaxed plan\n```\n" + "x\n" * 300 +
