@@ -54,7 +54,7 @@ def model_rows(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[str
     for folder, records in runs.items():
         check_settings(folder, records)
         best = fastest(records)
-        base = statistics.mean(anchor_speeds({folder: records}, anchor)[folder])
+        base = statistics.mean(_anchor(best, anchor))
         for model, r in best.items():
             out.setdefault(model, []).append({**r, "ratio": r["speed"] / base,
                                               "run": Path(folder).name})
@@ -63,8 +63,12 @@ def model_rows(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[str
 
 def anchor_speeds(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[str, List[float]]:
     """``{run folder: the anchor configuration's seeds' fastest-engine speeds}``."""
-    return {folder: [r["speed"] for m, r in sorted(fastest(records).items())
-                     if configuration(m) == anchor] for folder, records in runs.items()}
+    return {folder: _anchor(fastest(records), anchor) for folder, records in runs.items()}
+
+
+def _anchor(best: Dict[str, Dict], anchor: str) -> List[float]:
+    """The anchor configuration's speeds among :func:`fastest`'s rows."""
+    return [r["speed"] for m, r in sorted(best.items()) if configuration(m) == anchor]
 
 
 def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
@@ -72,8 +76,7 @@ def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
     """``({configuration: its column cell}, notes)``: BLEU and speed, a model's runs averaged,
     then the configuration's seeds; the ratio, the seeds a run timed over that run's anchor,
     then the runs (so the anchor's own is 1.00 whichever of its seeds a run timed); the seeds
-    timed named; the
-    engine named is the fastest, every one where runs or seeds differ. A configuration none of
+    timed named; the engine named is the fastest, every one where runs or seeds differ. A configuration none of
     whose models was timed and some of whose are in ``not_kept`` (:func:`load`) says so."""
     groups: Dict[str, List[Tuple[str, List[Dict]]]] = {}
     for model, timings in sorted(model_rows(runs, anchor).items()):

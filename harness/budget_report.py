@@ -20,7 +20,7 @@ formerly ``scripts/thread_rate.py``; later configurations from a later run scale
 
 import csv
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 

@@ -12,6 +12,7 @@ functions (``tests/test_deferred_imports.py`` checks both).
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 
@@ -92,7 +93,6 @@ def _log_spawn(path: str) -> None:
     start-up costs the suite, counted instead of guessed)."""
     import atexit
     import json
-    import os
     import time
 
     start = time.time()
@@ -111,5 +111,5 @@ def _log_spawn(path: str) -> None:
     atexit.register(write)
 
 
-if __import__("os").environ.get("FAIRSEQ_SHARED_SPAWN_LOG"):
-    _log_spawn(__import__("os").environ["FAIRSEQ_SHARED_SPAWN_LOG"])
+if os.environ.get("FAIRSEQ_SHARED_SPAWN_LOG"):
+    _log_spawn(os.environ["FAIRSEQ_SHARED_SPAWN_LOG"])
