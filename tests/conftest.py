@@ -23,7 +23,7 @@ from helpers_env import pythonpath
 os.environ["PYTHONPATH"] = pythonpath(
     *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
 
-SPAWNING_MODULES = {"subprocess"}  # subprocess.run, .Popen, ...
+SPAWNING_MODULES = {"subprocess", "helpers_forkserver"}  # subprocess.run, .Popen, ...; forked runs
 BASE_SPAWNERS = {"run_tool", "fairseq_command", "fairseq_tool", "build_toy_corpus"}
 # library calls that start fairseq-train or a corpus build themselves, as module.function(...)
 # (``train`` only as a bare name: ``model.train()`` is not one)
@@ -84,12 +84,16 @@ def spawners_of(module_path: str):
     return _module_spawners[module_path]
 
 
+_parsed = {}  # function -> its syntax tree (None: no source): items share their fixtures
+
+
 def _source_spawns(obj, spawners) -> bool:
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
-    except (OSError, TypeError, SyntaxError):
-        return False
-    return _spawns(tree, spawners)
+    if obj not in _parsed:
+        try:
+            _parsed[obj] = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        except (OSError, TypeError, SyntaxError):
+            _parsed[obj] = None
+    return _parsed[obj] is not None and _spawns(_parsed[obj], spawners)
 
 
 def _spawning(item) -> bool:
@@ -130,3 +134,14 @@ def pytest_collection_modifyitems(config, items):
         if "slow" not in item.keywords and _spawning(item):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_heavy_rank)  # stable: a file's tests keep their order
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _harness_runs_forked():
+    """The harness's fairseq-train and fairseq-validate runs started in a test's own process
+    are forks of the suite's fork server (tests/helpers_forkserver.py); a test that measures
+    how they run takes the real ``subprocess`` back (tests/test_thread_rate.py)."""
+    from helpers_forkserver import harness_runs
+
+    with harness_runs():
+        yield

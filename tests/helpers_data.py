@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import random
-import subprocess
 import sys
 from pathlib import Path
 
+import helpers_forkserver
 from fairseq_shared.fairseq_commands import TOOLS, USER_DIR, fairseq_tool
 
 BIN = Path(sys.executable).parent  # other console scripts (torchrun, fairseq-shared-average)
@@ -98,13 +98,12 @@ def shared_main_job(tmp_path_factory, toy):
 
 def run_tool(tool, *args, check=True, env=None, timeout=300, input=None):
     """Run ``fairseq-TOOL`` (found as the package finds it) or another console script from
-    this virtualenv; return (returncode, stdout+stderr)."""
+    this virtualenv; return (returncode, stdout+stderr). A plug-in fairseq run is a fork of
+    this worker's fork server (tests/helpers_forkserver.py), the others a new process."""
     name = tool[len("fairseq-"):] if tool.startswith("fairseq-") else None
     exe = fairseq_tool(name) if name in TOOLS else [str(BIN / tool)]
     cmd = [*exe, *map(str, args)]
-    result = subprocess.run(
-        cmd, env=env or ENV, capture_output=True, text=True, timeout=timeout, input=input
-    )
+    result = helpers_forkserver.run(cmd, env or ENV, timeout=timeout, input=input)
     output = result.stdout + result.stderr
     if check:
         assert result.returncode == 0, f"{' '.join(cmd)}\n{output[-4000:]}"

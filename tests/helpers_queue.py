@@ -1,11 +1,17 @@
-"""Run-queue workers as real processes, for the queue and suite tests: a ``python -m`` worker
-of one suite's command (``harness.<cli>``, run from the checkout) on the toy corpus (built once
-per pytest run)."""
+"""Run-queue workers for the queue and suite tests, on the toy corpus (built once per pytest
+run): a ``python -m`` worker of one suite's command (``harness.<cli>``, run from the checkout)
+as a real process, for the tests that kill or race workers, or the same command's main called
+in the test's process, for the tests that only read what a worker wrote."""
 
+import contextlib
+import importlib
+import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -41,6 +47,24 @@ def start_worker(cli: str, toy: str, root: Path, *args: str, delay=None,
            "--work", str(root / "work"), "--results", str(root / "results"), *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
+
+
+def run_worker(cli: str, toy: str, root: Path, *args: str, command: str = "run") -> str:
+    """What ``start_worker(cli, toy, root, *args, command=command).communicate()[0]`` gives,
+    from ``harness.<cli>``'s main called in this process: no interpreter starts for the
+    worker, and its fairseq runs are forks of the suite's server (conftest.py)."""
+    argv = [command, "--data", toy, "--work", str(root / "work"), "--results",
+            str(root / "results"), *args]
+    out = io.StringIO()
+    sigterm = signal.getsignal(signal.SIGTERM)  # a worker's main takes SIGTERM over
+    try:
+        with mock.patch.dict(os.environ, GIT_IDENTITY), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(out):
+            os.environ.pop(queue.CLAIM_DELAY_ENV, None)
+            importlib.import_module(f"harness.{cli}").main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    return out.getvalue()
 
 
 def attempts(run_dir: Path) -> int:

@@ -20,12 +20,19 @@ from harness.corpus import CORPUS_FILES
 from harness.run_record import train_run
 from harness.training import learning_curve
 from harness.runs import plan_run
-from helpers_queue import attempts, start_worker, toy  # noqa: F401  (toy: a fixture)
+from helpers_queue import attempts, run_worker, start_worker, toy  # noqa: F401  (toy: a fixture)
+
+
+WORKER = ("--budget", "tiny_milestones", "--queue", "vanilla:1")
 
 
 def worker(toy, root, *args):
-    return start_worker("budget", toy, root, "--budget", "tiny_milestones", "--queue",
-                        "vanilla:1", *args)
+    return start_worker("budget", toy, root, *WORKER, *args)
+
+
+def worked(toy, root, *args):
+    """What :func:`worker`'s process prints, from the same worker run in this process."""
+    return run_worker("budget", toy, root, *WORKER, *args)
 
 
 def written(root):
@@ -47,7 +54,7 @@ def written(root):
 @pytest.fixture(scope="module")
 def uninterrupted(toy, tmp_path_factory):
     root = tmp_path_factory.mktemp("budget")
-    out, _ = worker(toy, root).communicate(timeout=300)
+    out = worked(toy, root)
     assert "this worker finished: vanilla_s1" in out, out
     return root
 
@@ -169,7 +176,7 @@ def test_a_milestone_whose_training_is_lost_is_trained_again(uninterrupted, toy,
     lost = json.loads(u10.read_text())
     lost["test"]["bleu"] = 99.0
     u10.write_text(json.dumps(lost))
-    out, _ = worker(toy, tmp_path).communicate(timeout=300)
+    out = worked(toy, tmp_path)
     assert "the 10-update milestone's training is lost (0 updates here)" in out, out
     assert written(tmp_path) == written(uninterrupted)
     final = json.loads((tmp_path / "results" / "runs" / "vanilla_s1.json").read_text())
@@ -275,8 +282,8 @@ def test_reproduce_trains_a_committed_row_again_into_a_fresh_folder(uninterrupte
     compared with the committed one; the committed folder untouched, nothing committed."""
     source, fresh = uninterrupted / "results", tmp_path / "fresh"
     before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
-    out, _ = start_worker("budget", toy, tmp_path, "--from", str(source), "--rows", "vanilla_s1",
-                          "--results", str(fresh), command="reproduce").communicate(timeout=300)
+    out = run_worker("budget", toy, tmp_path, "--from", str(source), "--rows", "vanilla_s1",
+                     "--results", str(fresh), command="reproduce")
     assert "this worker finished" not in out and (fresh / "runs" / "vanilla_s1.json").exists(), out
     committed = json.loads((source / "runs" / "vanilla_s1.json").read_text())
     reproduced = json.loads((fresh / "runs" / "vanilla_s1.json").read_text())
@@ -358,8 +365,8 @@ def test_averaged_milestones_decode_and_validate_the_final_stages_average(uninte
     # the same run (its key leaves out the limits and the milestones) already trained to 30
     # updates: this worker measures milestone 30 from it, then trains on to 40
     shutil.copytree(uninterrupted / "work" / "runs_s1", tmp_path / "work" / "runs_s1")
-    out, _ = worker(toy, tmp_path, "--set", "average_milestones=true", "--set", "max_update=40",
-                    "--set", "milestones=30,40").communicate(timeout=300)
+    out = worked(toy, tmp_path, "--set", "average_milestones=true", "--set", "max_update=40",
+                 "--set", "milestones=30,40")
     assert "this worker finished: vanilla_s1" in out, out
     results = tmp_path / "results"
     final = json.loads((results / "runs" / "vanilla_s1.json").read_text())

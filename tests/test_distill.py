@@ -3,6 +3,7 @@ own hypotheses, a killed run resumes to the same corpus, bad input is one line."
 
 import filecmp
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from fairseq.data import data_utils
 
 from fairseq_shared.cli.distill import main
 from fairseq_shared.distill.run import distill
-from helpers_data import ENV, USER_DIR, data_bin, run_tool, trained_checkpoints
+from helpers_data import ENV, USER_DIR, data_bin, run_tool, shared_build, trained_checkpoints
 
 torch.set_num_threads(1)
 SETTINGS = dict(beam=4, lenpen=1.0, max_len_a=1.2, max_len_b=10)
@@ -32,23 +33,28 @@ def targets(out, split="train"):
     return [data[i].tolist() for i in range(len(data))], d
 
 
+def _shared_distillation(tmp_path_factory, name, teachers):
+    """(out, manifest) of distilling TEACHERS into the run-wide artefact NAME, done once per
+    pytest run (this module and test_distill_safety.py read it; tests copy before writing)."""
+    with shared_build(tmp_path_factory, name) as (root, complete):
+        if not complete:
+            root.mkdir()
+            distill(teachers, str(data_bin(tmp_path_factory)), str(root / "out"), SETTINGS,
+                    shard_size=SHARD)
+    return root / "out", json.loads((root / "out" / "manifest.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def ct2_run(tmp_path_factory):
     teacher = trained_checkpoints(tmp_path_factory) / "checkpoint_last.pt"
-    out = tmp_path_factory.mktemp("distil_ct2") / "out"
-    manifest = distill([str(teacher)], str(data_bin(tmp_path_factory)), str(out), SETTINGS,
-                       shard_size=SHARD)
-    return teacher, out, manifest
+    return (teacher, *_shared_distillation(tmp_path_factory, "distill_ct2", [str(teacher)]))
 
 
 @pytest.fixture(scope="module")
 def ensemble_run(tmp_path_factory):
     saved = trained_checkpoints(tmp_path_factory)
     teachers = [str(saved / "checkpoint2.pt"), str(saved / "checkpoint3.pt")]
-    out = tmp_path_factory.mktemp("distil_ensemble") / "out"
-    manifest = distill(teachers, str(data_bin(tmp_path_factory)), str(out), SETTINGS,
-                       shard_size=SHARD)
-    return teachers, out, manifest
+    return (teachers, *_shared_distillation(tmp_path_factory, "distill_ensemble", teachers))
 
 
 def test_a_single_teacher_decodes_with_ctranslate2_and_its_targets_are_its_translations(

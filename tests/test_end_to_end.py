@@ -3,11 +3,11 @@
 import os
 import random
 import re
-import subprocess
 
 import pytest
 import torch
 
+import helpers_forkserver
 from fairseq_shared.fairseq_commands import USER_DIR, fairseq_tool
 from helpers_data import preprocess_in_process
 from helpers_params import model_params
@@ -33,9 +33,7 @@ TRAIN = [
 
 
 def run(tool, *args):
-    result = subprocess.run(
-        [*fairseq_tool(tool[len("fairseq-"):]), *map(str, args)], env=ENV, capture_output=True, text=True
-    )
+    result = helpers_forkserver.run([*fairseq_tool(tool[len("fairseq-"):]), *map(str, args)], ENV)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -105,10 +103,10 @@ def test_train_resume_generate(data_bin, tmp_path):
     assert "BLEU" in out
 
     # fairseq-interactive reads the same checkpoint
-    result = subprocess.run(
+    result = helpers_forkserver.run(
         [*fairseq_tool("interactive"), data_bin, "--user-dir", USER_DIR, "--path", ckpt,
          "--beam", "4", "--cpu", "--source-lang", "src", "--target-lang", "tgt"],
-        input="w1 w2 w3\nw4 w5\n", env=ENV, capture_output=True, text=True,
+        ENV, input="w1 w2 w3\nw4 w5\n",
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [line.split("\t")[0] for line in result.stdout.splitlines() if line.startswith("H-")] == [
@@ -117,10 +115,9 @@ def test_train_resume_generate(data_bin, tmp_path):
 
 
 def test_invalid_flag_stops_fairseq_train_with_a_clear_error(data_bin, tmp_path):
-    result = subprocess.run(
+    result = helpers_forkserver.run(
         [*fairseq_tool("train"), data_bin, *ARCH, *TRAIN, "--save-dir", tmp_path,
-         "--max-update", "1", "--decoder-share-strategy", "cyclic"],
-        env=ENV, capture_output=True, text=True,
+         "--max-update", "1", "--decoder-share-strategy", "cyclic"], ENV,
     )
     assert result.returncode != 0
     assert "--decoder-share-strategy: unknown strategy 'cyclic'; allowed: none, sequence" in result.stderr

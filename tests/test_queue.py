@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import budget_curve, child, queue, queue_cli
-from helpers_queue import GIT_IDENTITY, ROOT, start_worker, toy  # noqa: F401  (toy: a fixture)
+from helpers_queue import GIT_IDENTITY, ROOT, run_worker, start_worker, toy  # noqa: F401  (toy: a fixture)
 from helpers_queue import attempts as count_attempts
 from helpers_env import pythonpath
 
@@ -46,7 +46,7 @@ def attempts(root, item="vanilla"):
 @pytest.fixture(scope="module")
 def reference(toy, tmp_path_factory):
     root = tmp_path_factory.mktemp("reference")
-    out, _ = worker(toy, root).communicate(timeout=300)
+    out = run_worker("budget", toy, root, *SETTINGS)  # in this process: it is never killed
     rec = record(root)
     assert rec["updates"] == 60 and set(range(10, 61, 10)) <= {p[0] for p in rec["curve"]}, out
     return rec

@@ -3,14 +3,23 @@ from fairseq's log and the CPU log, busy processes beside a measurement, the ben
 and a real measurement on the toy corpus."""
 
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 
 from fairseq_shared.errors import FairseqSharedError
-from harness import budget, train_rate
+from harness import budget, train_rate, training
+from helpers_data import shared_main_job
 from helpers_queue import toy  # noqa: F401  (a fixture)
 
+
+@pytest.fixture(autouse=True)
+def real_processes(monkeypatch):
+    """A measured run is a new process, as in a rates run: the OpenMP wait policy it records
+    takes effect when libgomp starts, and its CPU counts the start."""
+    monkeypatch.setattr(training, "subprocess", subprocess)
 
 
 def test_steady_rates_leave_out_the_first_interval():
@@ -112,16 +121,14 @@ def test_a_measurement_trains_the_budget_command_and_reads_its_cpu_log(toy):
 
 
 @pytest.mark.slow
-def test_a_restart_measures_the_updates_after_a_long_runs_checkpoint(toy, tmp_path):
-    from harness.configs import CONFIGS, load_budget, select_configs
-    from harness.runs import make_plan
-
-    budget = load_budget("tiny_milestones", ["max_update=8", "threads=1"])
-    run = make_plan(select_configs(CONFIGS, "vanilla", None), budget, toy, str(tmp_path))[0]
-    train_rate.measure_run(run, "PASSIVE")
+def test_a_restart_measures_the_updates_after_a_long_runs_checkpoint(toy, tmp_path,
+                                                                       tmp_path_factory):
+    # the long run: the shared main job's vanilla, this budget's vanilla (same model, data,
+    # seed and learning rate) trained to update 8
+    _, checkpoints = shared_main_job(tmp_path_factory, toy)
     runs = tmp_path / "runs_s1"
     (runs / "vanilla").mkdir(parents=True)
-    os.replace(run.checkpoint, runs / "vanilla" / "checkpoint_1_8.pt")
+    shutil.copy(checkpoints["vanilla"], runs / "vanilla" / "checkpoint_1_8.pt")
     row = train_rate.measure("vanilla", 1, toy, 10, "tiny_milestones", policy="PASSIVE",
                              start_from=str(runs), start_update=8)
     assert row["from_update"] == 8 and row["updates"] == 10
