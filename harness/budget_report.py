@@ -283,8 +283,11 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
                "cost, wall clock and every model's row in `frontier/frontier.md`)"
                + (f"; the models trained since, from `{LATER_FRONTIER}/RUN/models/*.json`, "
-                  "each run timed beside vanilla 3+3's two seeds with the same settings, so "
-                  f"their ratios stand beside the others (`{LATER_FRONTIER}/RUN/frontier.md`)"
+                  "each run timed beside vanilla 3+3's two seeds with the same settings; their "
+                  "cells are bridged engine by engine (a model's speed over vanilla 3+3's in the "
+                  "same engine and run, times vanilla 3+3's ratio in `frontier/`), since the "
+                  "engines' relative speeds move between machines "
+                  f"(`{LATER_FRONTIER}/RUN/frontier.md` has each run's own ratios)"
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *summary_table(finals, versus, cpu_per_update, frontier,

@@ -102,7 +102,8 @@ def table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict], cells: Di
                     "beam 4) over vanilla 3+3's eager fairseq at batch 1 / 32, in the engine "
                     "fastest at batch 1"
                     + (f"; {', '.join(f'`{n}`' for n in timed_later)} timed in later runs, each "
-                       "beside vanilla 3+3 (ratios within a fifth are noise there)"
+                       "beside vanilla 3+3, each engine over vanilla 3+3's same engine in that run "
+                       "times vanilla 3+3's ratio here (ratios within a fifth are noise there)"
                        if timed_later else "") + "."]
 
 
