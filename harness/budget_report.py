@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.data.pipeline import read_lines
-from harness import beam1, frontier_report
+from harness import beam1, budget_answers, frontier_report
 from harness.budget_curve import NAMES
 from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best_sets,
                                      comparisons, crossover_lines, describe, long_bleu_lines,
                                      method_note, row_names, row_record, valid_curve)
 from harness.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from harness.budget_rates import RATE_FILE, rate_table, scaled, scaled_note, training_rates
-from harness.budget_summary import summary_table, valid_losses, versus_cell
+from harness.budget_summary import speed_cells, summary_table, valid_losses, versus_cell
 from harness.configs import BASELINES
 from harness.queue import read_record
 from harness.statistics import (compare_bleu, cost_per_update, fmt_difference,
@@ -210,6 +210,31 @@ def _band(ax, xs, values: List[List[float]], color, **line) -> None:
                         alpha=0.2)
 
 
+def load_with_long(results: str):
+    """(stages, finals, long stages): :func:`load`'s, with the seeds trained only in ``long/``
+    joined in up to :data:`LONG_AT` (their milestones and their final model there)."""
+    stages, finals = load(results)
+    long_stages, _ = load(str(Path(results) / LONG))
+    finals = with_long_seeds(finals, long_stages, LONG_AT)
+    for name, by_seed in long_stages.items():  # new seeds' milestones up to LONG_AT
+        for seed, ms in by_seed.items():
+            if seed not in stages.get(name, {}):
+                stages[name][seed] = {k: m for k, m in ms.items() if k <= LONG_AT}
+    return stages, finals, long_stages
+
+
+def answer_section(finals, versus, stages, rates, pooled, frontier, later, results: str,
+                   level: str = "##") -> List[str]:
+    """:mod:`~harness.budget_answers`' lines under their title (a heading of ``level``), or
+    nothing before its runs; summary.md's and the README's (:mod:`~harness.readme_table`)."""
+    runs = beam1.load(results)
+    spreads = [max(v) / min(v) for v in beam1.anchor_speeds(runs).values() if len(v) > 1]
+    answers = budget_answers.lines(finals, versus, stages, rates, pooled,
+                                   speed_cells(frontier, later)[0], beam1.summaries(runs),
+                                   max(spreads) if spreads else None)
+    return [f"{level} {budget_answers.TITLE}", "", *answers, ""] if answers else []
+
+
 def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     """The suite's tables and plots; the budget curves' where ``RESULTS/milestones/`` exists,
     else the equal-updates tables (:func:`render_equal_updates`)."""
@@ -222,13 +247,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     if not (out / "milestones").is_dir():
         return render_equal_updates(results, audit, refs, command or EQUAL_UPDATES_COMMAND)
     command = command or COMMAND
-    stages, finals = load(results)
-    long_stages, long_finals = load(str(out / LONG))
-    finals = with_long_seeds(finals, long_stages, LONG_AT)
-    for name, by_seed in long_stages.items():  # new seeds' milestones up to LONG_AT
-        for seed, ms in by_seed.items():
-            if seed not in stages.get(name, {}):
-                stages[name][seed] = {k: m for k, m in ms.items() if k <= LONG_AT}
+    stages, finals, long_stages = load_with_long(results)
     lookup = audit["splits"]["test"].get("lookup")
     updates = sorted({k for by_seed in stages.values() for m in by_seed.values() for k in m})
     records = [m for by_seed in stages.values() for ms in by_seed.values() for m in ms.values()]
@@ -254,11 +273,11 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     frontier = frontier_report.load_records(str(out / "frontier"))
     int8_mb = frontier_report.disk_mb(frontier_report.by_configuration(
         frontier_report.options(frontier)))
-    lines += crossover_lines(stages, cpu_per_update, pooled.of("valid_loss", BASELINE),
+    lines += crossover_lines(stages, rates, pooled.of("valid_loss", BASELINE),
                              int8_mb=int8_mb)
     lines += averaging_lines(stages, finals)
     lines += long_lines(long_stages, load(results)[0], results)
-    lines += crossover_lines(long_stages, cpu_per_update, pooled.of("valid_loss", BASELINE),
+    lines += crossover_lines(long_stages, rates, pooled.of("valid_loss", BASELINE),
                              int8_mb=int8_mb,
                              title="Crossover of valid loss to 16,000 updates, `long/` only")
     lines += long_bleu_lines(long_stages, results, refs)
@@ -290,6 +309,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                   f"(`{LATER_FRONTIER}/RUN/frontier.md` has each run's own ratios)"
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
+               *answer_section(finals, versus, stages, rates, pooled, frontier, later, results),
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None, later=later,
                               beam1_runs=beam1.load(results),
