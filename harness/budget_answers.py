@@ -7,8 +7,10 @@ many seeds a side would resolve it (:func:`harness.statistics.seeds_to_resolve`)
 
 from typing import Dict, List, Optional
 
+from harness import beam1 as beam1_runs
 from harness.budget_findings import crossover_points
 from harness.budget_rates import rate_ratio
+from harness.budget_summary import speed_cells
 from harness.readme_table import fastest_cell, verdict
 from harness.statistics import fmt_seeds_to_resolve
 
@@ -101,3 +103,17 @@ def lines(finals, versus, stages, rates: Optional[Dict], pools, cells: Dict,
                    + (f"; vanilla 3+3's own seeds differ by up to x{beam1_noise:.2f} in one run, "
                       "and a ratio inside that is noise" if beam1_noise else "") + ".")
     return out
+
+
+def section(finals, versus, stages, rates, pools, frontier, later, results: str,
+            level: str = "##") -> List[str]:
+    """:func:`lines` under their title (a heading of ``level``), or nothing before their runs:
+    summary.md's (:func:`harness.budget_report.render`) and the README's
+    (:mod:`~harness.readme_table`). ``frontier`` and ``later``: the frontier's records and the
+    later runs' (:func:`harness.budget_summary.speed_cells`); the beam-1 runs are read from
+    ``results``."""
+    runs = beam1_runs.load(results)
+    spreads = [max(v) / min(v) for v in beam1_runs.anchor_speeds(runs).values() if len(v) > 1]
+    answers = lines(finals, versus, stages, rates, pools, speed_cells(frontier, later)[0],
+                    beam1_runs.summaries(runs), max(spreads) if spreads else None)
+    return [f"{level} {TITLE}", "", *answers, ""] if answers else []

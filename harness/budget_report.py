@@ -32,7 +32,7 @@ from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best
                                      method_note, row_names, row_record, valid_curve)
 from harness.budget_long import LONG, LONG_AT, long_lines, with_long_seeds
 from harness.budget_rates import RATE_FILE, rate_table, scaled, scaled_note, training_rates
-from harness.budget_summary import speed_cells, summary_table, valid_losses, versus_cell
+from harness.budget_summary import summary_table, valid_losses, versus_cell
 from harness.configs import BASELINES
 from harness.queue import read_record
 from harness.statistics import (compare_bleu, cost_per_update, fmt_difference,
@@ -223,18 +223,6 @@ def load_with_long(results: str):
     return stages, finals, long_stages
 
 
-def answer_section(finals, versus, stages, rates, pooled, frontier, later, results: str,
-                   level: str = "##") -> List[str]:
-    """:mod:`~harness.budget_answers`' lines under their title (a heading of ``level``), or
-    nothing before its runs; summary.md's and the README's (:mod:`~harness.readme_table`)."""
-    runs = beam1.load(results)
-    spreads = [max(v) / min(v) for v in beam1.anchor_speeds(runs).values() if len(v) > 1]
-    answers = budget_answers.lines(finals, versus, stages, rates, pooled,
-                                   speed_cells(frontier, later)[0], beam1.summaries(runs),
-                                   max(spreads) if spreads else None)
-    return [f"{level} {budget_answers.TITLE}", "", *answers, ""] if answers else []
-
-
 def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     """The suite's tables and plots; the budget curves' where ``RESULTS/milestones/`` exists,
     else the equal-updates tables (:func:`render_equal_updates`)."""
@@ -309,7 +297,8 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                   f"(`{LATER_FRONTIER}/RUN/frontier.md` has each run's own ratios)"
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
-               *answer_section(finals, versus, stages, rates, pooled, frontier, later, results),
+               *budget_answers.section(finals, versus, stages, rates, pooled, frontier, later,
+                                      results),
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None, later=later,
                               beam1_runs=beam1.load(results),
