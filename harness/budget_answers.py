@@ -11,16 +11,16 @@ from harness import beam1 as beam1_runs
 from harness.budget_findings import crossover_points
 from harness.budget_rates import rate_ratio
 from harness.budget_summary import speed_cells
+from harness.configs import BASELINE
+from harness.frontier_report import SHORT_ENGINES
 from harness.readme_table import fastest_cell, verdict
 from harness.statistics import fmt_seeds_to_resolve
 
-BASELINE = "vanilla"
 SHARED = "cycle_rev_2L"
 #: the configuration that narrows instead of sharing, at the shared model's size and depth
 NARROW = "vanilla_2L_narrow"
 #: cycle_rev 6+6/3 told its depth: its own norms and biases, a rank-8 LoRA delta per depth
 DEPTH_CONDITIONED = ("cycle_rev_2L_depthcond", "cycle_rev_2L_lora8")
-ENGINES = ["fairseq", "torchscript", "ct2_float32", "ct2_int8"]
 TITLE = "At one size: narrow or share, and does a shared layer told its depth pay"
 
 
@@ -41,8 +41,8 @@ def gap(d, spec: str, unit: str = "", lower_is_better: bool = False) -> str:
 
 def against(name: str, other: str, finals, versus, stages, rates, pools) -> str:
     """``name`` against ``other`` (vanilla 3+3 or its pair): valid loss and BLEU at equal
-    updates; training CPU per update, and valid loss at equal training CPU (the curves' last
-    common point), from one rates run that measured both (:func:`rate_ratio`)."""
+    updates; valid loss at equal training CPU (the curves' last common point), the CPU ratio
+    from one rates run that measured both (:func:`rate_ratio`)."""
     diff = versus[name] if other == BASELINE else versus[name].get("pair", {})
     if other != BASELINE and diff.get("name") != other:
         return ""
@@ -62,7 +62,7 @@ def against(name: str, other: str, finals, versus, stages, rates, pools) -> str:
 
 def speed(name: str, cells: Dict, beam1: Dict) -> str:
     one = beam1.get(name)
-    return (f"fastest engine b=1 / b=32 {fastest_cell(cells.get(name, {}), ENGINES)}"
+    return (f"fastest engine b=1 / b=32 {fastest_cell(cells.get(name, {}), list(SHORT_ENGINES))}"
             + (f", beam 1 x{one['ratio']:.2f} vanilla 3+3 ({one['speed']:,.0f} tok/s per thread)"
                if one else ""))
 

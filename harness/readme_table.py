@@ -130,9 +130,10 @@ def render(results: str) -> List[str]:
     distilled = [n for n in finals if row_record(n, {}, finals)["training_data"] != "raw"]
     answers = budget_answers.section(finals, versus, stages, training_rates(results, finals),
                                      pools, frontier, later, results, level="###")
-    return table(finals, versus, cells, distilled, lookup["bleu"] if lookup else None,
-                 list(ROWS), ROWS, frontier_report.SHORT_ENGINES,
-                 later=[n for n in cells if n not in first]) + ([""] + answers[:-1] if answers else [])
+    lines = table(finals, versus, cells, distilled, lookup["bleu"] if lookup else None,
+                  list(ROWS), ROWS, frontier_report.SHORT_ENGINES,
+                  later=[n for n in cells if n not in first])
+    return lines + ([""] + answers[:-1] if answers else [])
 
 
 def block(readme: str) -> str:
