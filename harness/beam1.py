@@ -71,29 +71,38 @@ def _anchor(best: Dict[str, Dict], anchor: str) -> List[float]:
     return [r["speed"] for m, r in sorted(best.items()) if configuration(m) == anchor]
 
 
-def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
-          not_kept: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
-    """``({configuration: its column cell}, notes)``: BLEU and speed, a model's runs averaged,
-    then the configuration's seeds; the ratio, the seeds a run timed over that run's anchor,
-    then the runs (so the anchor's own is 1.00 whichever of its seeds a run timed); the seeds
-    timed named; the engine named is the fastest, every one where runs or seeds differ. A configuration none of
-    whose models was timed and some of whose are in ``not_kept`` (:func:`load`) says so."""
+def summaries(runs: Dict[str, List[Dict]], anchor: str = "vanilla") -> Dict[str, Dict]:
+    """``{configuration: {"bleu", "speed" (tok/s per thread), "ratio", "engines", "timed"}}``: a
+    model's runs averaged, then the configuration's seeds; the ratio, the seeds a run timed over
+    that run's anchor, then the runs (so the anchor's own is 1.00 whichever of its seeds a run
+    timed); the engines named, fastest first seen; the seeds timed."""
     groups: Dict[str, List[Tuple[str, List[Dict]]]] = {}
     for model, timings in sorted(model_rows(runs, anchor).items()):
         groups.setdefault(configuration(model), []).append((model, timings))
     out = {}
     for name, seeds in groups.items():
-        engines = ", ".join(dict.fromkeys(r["engine"] for _, timings in seeds for r in timings))
         mean = lambda key: statistics.mean(  # noqa: E731  (over seeds, of each seed's runs)
             statistics.mean(r[key] for r in timings) for _, timings in seeds)
-        timed = ", ".join(model[len(name) + 1:] for model, _ in seeds)
         by_run: Dict[str, List[float]] = {}  # a ratio is of one run: the seeds it timed, then runs
         for _, timings in seeds:
             for r in timings:
                 by_run.setdefault(r["run"], []).append(r["ratio"])
-        ratio = statistics.mean(statistics.mean(v) for v in by_run.values())
-        out[name] = (f"{mean('bleu'):.2f} / {mean('speed'):,.0f} ({engines}) / "
-                     f"{ratio:.2f} ({timed})")
+        out[name] = {"bleu": mean("bleu"), "speed": mean("speed"),
+                     "ratio": statistics.mean(statistics.mean(v) for v in by_run.values()),
+                     "engines": ", ".join(dict.fromkeys(r["engine"] for _, timings in seeds
+                                                        for r in timings)),
+                     "timed": ", ".join(model[len(name) + 1:] for model, _ in seeds)}
+    return out
+
+
+def cells(runs: Dict[str, List[Dict]], anchor: str = "vanilla",
+          not_kept: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
+    """``({configuration: its column cell}, notes)``: :func:`summaries` as BLEU / tok/s
+    (engines) / ratio (seeds timed). A configuration none of whose models was timed and some of
+    whose are in ``not_kept`` (:func:`load`) says so."""
+    groups = summaries(runs, anchor)
+    out = {name: (f"{g['bleu']:.2f} / {g['speed']:,.0f} ({g['engines']}) / "
+                  f"{g['ratio']:.2f} ({g['timed']})") for name, g in groups.items()}
     for model in not_kept:
         out.setdefault(configuration(model), "model not kept")
     lost = [m for m in not_kept if configuration(m) in groups]

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Tuple
 
 from harness.budget_curve import NAMES
 from harness.budget_long import LONG
+from harness.budget_rates import rate_ratio
 from harness.budget_summary import valid_losses
 from harness.configs import BASELINE
 from harness.statistics import (POOLING_MARK, Pool, compare, compare_bleu, fmt_difference,
@@ -102,14 +103,14 @@ CROSSOVER_TITLE = "Crossover of valid loss"
 SAME_SIZE = 0.01
 
 
-def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
+def crossover_lines(stages, rates: Optional[Dict],
                     pooled: Tuple[Optional[float], int] = (None, 0),
                     title: str = CROSSOVER_TITLE,
                     int8_mb: Optional[Dict[str, float]] = None) -> List[str]:
     """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
     its baseline's, at equal updates and at equal training CPU (updates scaled by the
-    one-machine rate ratio), as measured: the gap at the last update both reach with its 95%
-    interval over seeds (``pooled``: the seed sd of valid loss and its degrees of freedom,
+    one-machine rate ratio, :func:`~harness.budget_rates.rate_ratio` of ``rates``), as
+    measured: the gap at the last update both reach with its 95% interval over seeds (``pooled``: the seed sd of valid loss and its degrees of freedom,
     :func:`comparisons`), and the first point where the shared one is level or ahead with how
     many validations from there it stays so (mean curves inside seed noise cross back and
     forth), or that there is none. With ``int8_mb`` (CTranslate2 int8 MB per configuration), what equal size
@@ -118,22 +119,14 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
     for base, shared in CROSSOVER_PAIRS:
         if base not in stages or shared not in stages:
             continue
-        (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[shared])
-        base_at = dict(zip(bu, bl))
-        ratio = (cpu_per_update[shared] / cpu_per_update[base]
-                 if cpu_per_update and cpu_per_update.get(base) and cpu_per_update.get(shared)
-                 else None)
+        ratio = rate_ratio(rates, base, shared)
         axes = [("equal updates", 1.0)] + ([("equal training CPU", ratio)] if ratio else [])
         kept = {n: furthest_seeds(stages[n]) for n in (shared, base)}
         seeds = f"{len(kept[shared])} vs {len(kept[base])} seeds" + "".join(
             f"; {n} s{s} left out, at {max(stages[n][s]):,} so far"
             for n in (shared, base) for s in sorted(stages[n]) if stages[n][s] and s not in kept[n])
         for axis, scale in axes:
-            points = []
-            for u, losses in zip(su, sl):
-                at = int(round(u * scale / 100) * 100)
-                if at in base_at:
-                    points.append((u, at, compare(base_at[at], losses, pooled)))
+            points = crossover_points(stages, base, shared, scale, pooled)
             if not points:
                 continue
             level = next((p for p in points if p[2].delta <= 0), None)
@@ -151,6 +144,21 @@ def crossover_lines(stages, cpu_per_update: Optional[Dict[str, float]],
         if int8_mb:
             lines.append(equal_size_line(base, shared, int8_mb))
     return lines + [""] if len(lines) > 2 else []
+
+
+def crossover_points(stages, base: str, other: str, scale: float, pooled: Pool):
+    """``[(update of other, update of base, valid-loss Difference other - base)]`` at each of
+    ``other``'s counted validations whose update times ``scale`` (1: equal updates; the CPU
+    ratio: equal training CPU) is one of ``base``'s, over the seeds :func:`furthest_seeds`
+    keeps."""
+    (bu, bl), (su, sl) = valid_curve(stages[base]), valid_curve(stages[other])
+    base_at = dict(zip(bu, bl))
+    points = []
+    for u, losses in zip(su, sl):
+        at = int(round(u * scale / 100) * 100)
+        if at in base_at:
+            points.append((u, at, compare(base_at[at], losses, pooled)))
+    return points
 
 
 def long_bleu_lines(long_stages, results: str, refs: List[str]) -> List[str]:
@@ -266,7 +274,7 @@ def comparisons(finals, results: str, refs: List[str], baseline: str = BASELINE)
         pair = runs[name][0]["pair"]
         if pair in runs:
             label, layers = describe(runs[pair][0])
-            out[name]["pair"] = {"label": f"{label} {layers}", **versus(pair, name)}
+            out[name]["pair"] = {"label": f"{label} {layers}", "name": pair, **versus(pair, name)}
     return out, pools
 
 

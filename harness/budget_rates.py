@@ -55,12 +55,31 @@ def training_rates(results: str, finals) -> Optional[Dict]:
                             **{key: theirs[config][key] * s for key, s in scale.items()}}
         supplements.append({"file": name, "command": later["command"],
                             "machine": later.get("machine", {}), "added": added,
+                            "ratios": {c: theirs[c]["steady_cpu_s_per_update"]
+                                       / theirs[BASELINE]["steady_cpu_s_per_update"]
+                                       for c in theirs},
                             "both": {c: (own[c]["steady_cpu_s_per_update"]
                                          / own[BASELINE]["steady_cpu_s_per_update"],
                                          theirs[c]["steady_cpu_s_per_update"]
                                          / theirs[BASELINE]["steady_cpu_s_per_update"])
                                      for c in theirs if c in own and c != BASELINE}})
     return {**data, "rows": rows, "supplements": supplements}
+
+
+def rate_ratio(rates: Optional[Dict], base: str, other: str) -> Optional[float]:
+    """``other``'s training CPU per update over ``base``'s, from one run that measured both:
+    :data:`RATE_FILE` where it has both, else the supplement that gave one of them and measured
+    the other too (the ratios move with the CPU, so two runs' rows are not divided); None where
+    no run measured both."""
+    rows = (rates or {}).get("rows", {})
+    if base not in rows or other not in rows:
+        return None
+    if "scaled_from" not in rows[base] and "scaled_from" not in rows[other]:
+        return rows[other]["steady_cpu_s_per_update"] / rows[base]["steady_cpu_s_per_update"]
+    for s in rates.get("supplements", []):
+        if {base, other} & set(s["added"]) and {base, other} <= set(s["ratios"]):
+            return s["ratios"][other] / s["ratios"][base]
+    return None
 
 
 def scaled(rates: Optional[Dict], shown) -> List[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fairseq_shared.data.pipeline import read_lines
-from harness import beam1, frontier_report
+from harness import beam1, budget_answers, frontier_report
 from harness.budget_curve import NAMES
 from harness.budget_findings import (BASELINE, averaging_lines, best_lines, best_sets,
                                      comparisons, crossover_lines, describe, long_bleu_lines,
@@ -210,6 +210,19 @@ def _band(ax, xs, values: List[List[float]], color, **line) -> None:
                         alpha=0.2)
 
 
+def load_with_long(results: str):
+    """(stages, finals, long stages): :func:`load`'s, with the seeds trained only in ``long/``
+    joined in up to :data:`LONG_AT` (their milestones and their final model there)."""
+    stages, finals = load(results)
+    long_stages, _ = load(str(Path(results) / LONG))
+    finals = with_long_seeds(finals, long_stages, LONG_AT)
+    for name, by_seed in long_stages.items():  # new seeds' milestones up to LONG_AT
+        for seed, ms in by_seed.items():
+            if seed not in stages.get(name, {}):
+                stages[name][seed] = {k: m for k, m in ms.items() if k <= LONG_AT}
+    return stages, finals, long_stages
+
+
 def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     """The suite's tables and plots; the budget curves' where ``RESULTS/milestones/`` exists,
     else the equal-updates tables (:func:`render_equal_updates`)."""
@@ -222,13 +235,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     if not (out / "milestones").is_dir():
         return render_equal_updates(results, audit, refs, command or EQUAL_UPDATES_COMMAND)
     command = command or COMMAND
-    stages, finals = load(results)
-    long_stages, long_finals = load(str(out / LONG))
-    finals = with_long_seeds(finals, long_stages, LONG_AT)
-    for name, by_seed in long_stages.items():  # new seeds' milestones up to LONG_AT
-        for seed, ms in by_seed.items():
-            if seed not in stages.get(name, {}):
-                stages[name][seed] = {k: m for k, m in ms.items() if k <= LONG_AT}
+    stages, finals, long_stages = load_with_long(results)
     lookup = audit["splits"]["test"].get("lookup")
     updates = sorted({k for by_seed in stages.values() for m in by_seed.values() for k in m})
     records = [m for by_seed in stages.values() for ms in by_seed.values() for m in ms.values()]
@@ -254,11 +261,11 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
     frontier = frontier_report.load_records(str(out / "frontier"))
     int8_mb = frontier_report.disk_mb(frontier_report.by_configuration(
         frontier_report.options(frontier)))
-    lines += crossover_lines(stages, cpu_per_update, pooled.of("valid_loss", BASELINE),
+    lines += crossover_lines(stages, rates, pooled.of("valid_loss", BASELINE),
                              int8_mb=int8_mb)
     lines += averaging_lines(stages, finals)
     lines += long_lines(long_stages, load(results)[0], results)
-    lines += crossover_lines(long_stages, cpu_per_update, pooled.of("valid_loss", BASELINE),
+    lines += crossover_lines(long_stages, rates, pooled.of("valid_loss", BASELINE),
                              int8_mb=int8_mb,
                              title="Crossover of valid loss to 16,000 updates, `long/` only")
     lines += long_bleu_lines(long_stages, results, refs)
@@ -283,10 +290,15 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                "vanilla 3+3's eager fairseq at each batch size, in one machine boot; per-step "
                "cost, wall clock and every model's row in `frontier/frontier.md`)"
                + (f"; the models trained since, from `{LATER_FRONTIER}/RUN/models/*.json`, "
-                  "each run timed beside vanilla 3+3's two seeds with the same settings, so "
-                  f"their ratios stand beside the others (`{LATER_FRONTIER}/RUN/frontier.md`)"
+                  "each run timed beside vanilla 3+3's two seeds with the same settings; their "
+                  "cells are bridged engine by engine (a model's speed over vanilla 3+3's in the "
+                  "same engine and run, times vanilla 3+3's ratio in `frontier/`), since the "
+                  "engines' relative speeds move between machines "
+                  f"(`{LATER_FRONTIER}/RUN/frontier.md` has each run's own ratios)"
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
+               *budget_answers.section(finals, versus, stages, rates, pooled, frontier, later,
+                                      results),
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None, later=later,
                               beam1_runs=beam1.load(results),

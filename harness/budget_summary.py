@@ -48,10 +48,13 @@ def speed_cells(frontier: List[Dict], later: Dict[str, List[Dict]],
     """``({configuration: its frontier cells}, notes)``. ``frontier``'s cells stand for its own
     models, all timed in one boot. ``later`` (``{run folder: records}``,
     :func:`frontier_report.later_runs`), each run timed beside the baseline with the same
-    settings, fills the configurations ``frontier`` lacks, each ratio over the baseline of its
-    own run; a configuration timed in several later runs gets the mean of its runs' ratios, and
-    a note gives each run's, since a run on this shared machine moves a ratio by up to about a
-    fifth."""
+    settings, fills the configurations ``frontier`` lacks. A later cell is bridged through the
+    baseline engine by engine: its speed over the baseline's in the same engine and run, times
+    the baseline's own ratio in ``frontier`` (:func:`bridged`), since the engines' speeds
+    relative to each other move between machines (vanilla 3+3's int8 at batch 1 reads 7.91x its
+    eager fairseq in frontier/ and 12.15x in a later run on another CPU). A configuration timed
+    in several later runs gets the mean of its runs' ratios, and a note gives each run's, since a
+    run on a shared machine moves a ratio by up to about a fifth."""
     for rec in (rec for run in later.values() for rec in run if frontier):
         if rec["settings"] != frontier[0]["settings"]:
             raise SystemExit(f"{rec['model']}: a later frontier run's settings differ from "
@@ -61,9 +64,11 @@ def speed_cells(frontier: List[Dict], later: Dict[str, List[Dict]],
                                                  baseline) if frontier else {})
     timed: Dict[str, List[Tuple[str, Dict]]] = {}
     for folder, run in ((f, r) for f, r in later.items() if r):
-        for name, cell in frontier_report.configuration_cells(
-                run, frontier_report.options(run), baseline).items():
+        run_cells = frontier_report.configuration_cells(run, frontier_report.options(run), baseline)
+        for name, cell in run_cells.items():
             if name not in cells:
+                if baseline in cells:
+                    cell = bridged(cell, run_cells[baseline], cells[baseline])
                 timed.setdefault(name, []).append((folder, cell))
     notes = []
     for name, got in timed.items():
@@ -80,6 +85,20 @@ def speed_cells(frontier: List[Dict], later: Dict[str, List[Dict]],
                          + "; ".join(", ".join(f"b={bs} {v}" for bs, v in c["speed"].items())
                                      + f" (`{Path(folder).name}`)" for folder, c in got) + ".")
     return cells, notes
+
+
+def bridged(cell: Dict, run_baseline: Dict, baseline: Dict) -> Dict:
+    """``cell`` (a later run's) with each engine's ratio over its run's baseline in the same
+    engine, times ``baseline``'s ratio for that engine (the reference run's): the later run's
+    own machine then moves no engine's cell; an engine either run lacks is not measured."""
+    ratios = {}
+    for bs, got in cell["ratios"].items():
+        none = [None] * len(got)
+        pairs = zip(got, run_baseline["ratios"].get(bs, none), baseline["ratios"].get(bs, none))
+        ratios[bs] = [x / theirs * ours if x and theirs and ours else None
+                      for x, theirs, ours in pairs]
+    return dict(cell, ratios=ratios,
+                speed={bs: frontier_report.speed_cell(r) for bs, r in ratios.items()})
 
 
 def summary_table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict],

@@ -1,5 +1,6 @@
 """The README's results table: seven columns of the full table (``summary.md``,
-:mod:`~harness.budget_summary`), rendered from the same committed records and written into
+:mod:`~harness.budget_summary`), and under it the fixed-size answers
+(:mod:`~harness.budget_answers`), rendered from the same committed records and written into
 README.md between its markers.
 
     python -m harness.readme_table [--results results/bible_budget] [--readme README.md] [--check]
@@ -102,7 +103,8 @@ def table(finals: Dict[str, Dict[int, Dict]], versus: Dict[str, Dict], cells: Di
                     "beam 4) over vanilla 3+3's eager fairseq at batch 1 / 32, in the engine "
                     "fastest at batch 1"
                     + (f"; {', '.join(f'`{n}`' for n in timed_later)} timed in later runs, each "
-                       "beside vanilla 3+3 (ratios within a fifth are noise there)"
+                       "beside vanilla 3+3, each engine over vanilla 3+3's same engine in that run "
+                       "times vanilla 3+3's ratio here (ratios within a fifth are noise there)"
                        if timed_later else "") + "."]
 
 
@@ -110,27 +112,28 @@ def render(results: str) -> List[str]:
     """The table from the committed records of ``results`` (the budget's folder), read as
     :func:`harness.budget_report.render` reads them for ``summary.md``."""
     from fairseq_shared.data.pipeline import read_lines
-    from harness import budget_report, frontier_report
+    from harness import budget_answers, budget_report, frontier_report
     from harness.budget_findings import comparisons, row_record
-    from harness.budget_long import LONG, LONG_AT, with_long_seeds
+    from harness.budget_rates import training_rates
     from harness.budget_summary import ROWS, speed_cells
     import json
 
     out = Path(results)
     audit = json.loads((out / "corpus" / "audit.json").read_text(encoding="utf-8"))
     lookup = audit["splits"]["test"].get("lookup")
-    stages, finals = budget_report.load(results)
-    long_stages, _ = budget_report.load(str(out / LONG))
-    finals = with_long_seeds(finals, long_stages, LONG_AT)
-    versus, _ = comparisons(finals, results, read_lines(out / "corpus" / "test.ref"))
+    stages, finals, _ = budget_report.load_with_long(results)
+    versus, pools = comparisons(finals, results, read_lines(out / "corpus" / "test.ref"))
     frontier = frontier_report.load_records(str(out / "frontier"))
-    cells, _ = speed_cells(frontier,
-                           frontier_report.later_runs(str(out / budget_report.LATER_FRONTIER)))
+    later = frontier_report.later_runs(str(out / budget_report.LATER_FRONTIER))
+    cells, _ = speed_cells(frontier, later)
     first = {frontier_report.configuration(r["model"]) for r in frontier}
     distilled = [n for n in finals if row_record(n, {}, finals)["training_data"] != "raw"]
-    return table(finals, versus, cells, distilled, lookup["bleu"] if lookup else None,
-                 list(ROWS), ROWS, frontier_report.SHORT_ENGINES,
-                 later=[n for n in cells if n not in first])
+    answers = budget_answers.section(finals, versus, stages, training_rates(results, finals),
+                                     pools, frontier, later, results, level="###")
+    lines = table(finals, versus, cells, distilled, lookup["bleu"] if lookup else None,
+                  list(ROWS), ROWS, frontier_report.SHORT_ENGINES,
+                  later=[n for n in cells if n not in first])
+    return lines + ([""] + answers[:-1] if answers else [])
 
 
 def block(readme: str) -> str:

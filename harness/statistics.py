@@ -90,6 +90,12 @@ class Difference:
     #: the verdict (resolved or not) differs when the seed sd is pooled another way
     #: (:func:`harness.budget_findings.comparisons`: over every row, alike or not)
     depends_on_pooling: bool = False
+    #: what the interval was made of (:func:`seeds_to_resolve`): each side's pooled seed sd and
+    #: its pool's degrees of freedom, whether both sides share one pool, the test-sampling term
+    sds: Optional[Tuple[float, float]] = None
+    dfs: Optional[Tuple[int, int]] = None
+    one_pool: bool = True
+    test_variance: float = 0.0
 
     @property
     def resolved(self) -> Optional[bool]:
@@ -107,11 +113,50 @@ def compare(a: Sequence[float], b: Sequence[float], pooled: Pool,
     delta = statistics.mean(b) - statistics.mean(a)
     if sd_a is None or sd_b is None:
         return Difference(delta, None, None, (len(a), len(b)))
-    var_a, var_b = sd_a ** 2 / len(a), sd_b ** 2 / len(b)
-    df = df_a if pooled_b == pooled else (
-        (var_a + var_b) ** 2 / (var_a ** 2 / df_a + var_b ** 2 / df_b))
-    half = t_quantile(df) * math.sqrt(var_a + var_b + test_variance)
-    return Difference(delta, delta - half, delta + half, (len(a), len(b)))
+    half = _half_width((sd_a, sd_b), (df_a, df_b), pooled_b == pooled, (len(a), len(b)),
+                       test_variance)
+    return Difference(delta, delta - half, delta + half, (len(a), len(b)), sds=(sd_a, sd_b),
+                      dfs=(df_a, df_b), one_pool=pooled_b == pooled, test_variance=test_variance)
+
+
+def _half_width(sds, dfs, one_pool: bool, seeds, test_variance: float) -> float:
+    """Half the 95% interval of a difference of two seed means (:func:`compare`)."""
+    var_a, var_b = sds[0] ** 2 / seeds[0], sds[1] ** 2 / seeds[1]
+    df = dfs[0] if one_pool else (var_a + var_b) ** 2 / (var_a ** 2 / dfs[0] + var_b ** 2 / dfs[1])
+    return t_quantile(df) * math.sqrt(var_a + var_b + test_variance)
+
+
+#: :func:`seeds_to_resolve` looks no further than this many seeds a side
+MOST_SEEDS = 20
+
+
+def seeds_to_resolve(d: Difference) -> Optional[int]:
+    """The fewest seeds a side (at least the seeds each side has) with which the measured gap
+    would be resolved, were it the true gap and the seed sds as measured: every added seed adds
+    a degree of freedom to its side's pool, and the test-sampling term stays as measured (the
+    seeds share one test set, so more of them hardly shrink it). 0 where it is resolved
+    already; None where no seed variance was measured or no count up to :data:`MOST_SEEDS`
+    would do (test sampling alone may cover a small gap)."""
+    if d.lo is None or d.sds is None:
+        return None
+    if d.resolved:
+        return 0
+    for n in range(max(d.seeds), MOST_SEEDS + 1):
+        added = (n - d.seeds[0], n - d.seeds[1])
+        dfs = ((d.dfs[0] + sum(added),) * 2 if d.one_pool
+               else (d.dfs[0] + added[0], d.dfs[1] + added[1]))
+        if _half_width(d.sds, dfs, d.one_pool, (n, n), d.test_variance) < abs(d.delta):
+            return n
+    return None
+
+
+def fmt_seeds_to_resolve(d: Difference) -> str:
+    """What :func:`seeds_to_resolve` says, for a sentence: "" where the gap is resolved."""
+    n = seeds_to_resolve(d)
+    if n == 0 or d.lo is None:
+        return ""
+    return (f"{n} seeds a side would resolve it" if n
+            else f"{MOST_SEEDS} seeds a side would not resolve it")
 
 
 def sentence_stats(hyps: Sequence[str], refs: Sequence[str]) -> List[List[int]]:

@@ -27,7 +27,9 @@ def test_crossover_at_equal_updates_and_equal_cpu():
     shared = {u: 6.2 - 1.2 * u / 1000 for u in range(100, 1001, 100)}  # level at 1,000
     stages = {"vanilla": {1: {1000: milestone("vanilla", 1, 1000, base)}},
               "cycle_rev_2L": {1: {1000: milestone("cycle_rev_2L", 1, 1000, shared)}}}
-    lines = budget_findings.crossover_lines(stages, {"vanilla": 1.0, "cycle_rev_2L": 2.0})
+    lines = budget_findings.crossover_lines(stages, {"rows": {
+        "vanilla": {"steady_cpu_s_per_update": 1.0},
+        "cycle_rev_2L": {"steady_cpu_s_per_update": 2.0}}})
     equal_updates, equal_cpu = lines[2], lines[3]
     assert "equal updates: +0.000 bits at 1,000 updates" in equal_updates
     assert ("first level or ahead at 1,000 updates (vanilla at 1,000), level or ahead at 1 of "

@@ -83,3 +83,25 @@ def test_a_later_runs_rows_enter_as_ratios_over_its_own_vanilla_and_are_marked(t
                             {n: r["steady_cpu_s_per_update"] for n, r in rows.items()}, [], None,
                             rate_notes=[note], scaled=["vanilla_2L_narrow"])
     assert "| 1.10 ‡ |" in summary[-3] and summary[-1] == note
+
+
+def test_a_pair_ratio_comes_from_one_run_that_measured_both(tmp_path):
+    """The EPYC run times cycle_rev_2L at 1.20x vanilla and the narrow model at 1.10x; the Xeon
+    run, cycle_rev_2L at 1.40x. The narrow model against cycle_rev_2L is 1.65 / 1.8 from the
+    one run that measured both, not 0.66 / 0.84 across two CPUs; two rows of the first run
+    divide as they are; a configuration no run measured beside the other has no ratio."""
+    rows = lambda pairs: [{"config": c, "threads": 2, "steady_cpu_s_per_update": v,  # noqa: E731
+                           "steady_s_per_update": v} for c, v in pairs]
+    first = {"command": "rates A", "machine": {}, "rows": rows(
+        [("vanilla", 0.6), ("cycle_rev_2L", 0.84), ("attn_shared", 0.54)])}
+    later = {"command": "rates B", "machine": {}, "rows": rows(
+        [("vanilla", 1.5), ("cycle_rev_2L", 1.8), ("vanilla_2L_narrow", 1.65)])}
+    (tmp_path / budget_rates.RATE_FILE).write_text(json.dumps(first))
+    (tmp_path / budget_rates.RATE_SUPPLEMENTS[0]).write_text(json.dumps(later))
+    rates = budget_rates.training_rates(str(tmp_path), {"vanilla": {1: {"threads": 2}}})
+    assert budget_rates.rate_ratio(rates, "cycle_rev_2L", "vanilla_2L_narrow") == \
+        pytest.approx(1.65 / 1.8)
+    assert budget_rates.rate_ratio(rates, "vanilla", "vanilla_2L_narrow") == pytest.approx(1.1)
+    assert budget_rates.rate_ratio(rates, "vanilla", "cycle_rev_2L") == pytest.approx(1.4)
+    assert budget_rates.rate_ratio(rates, "attn_shared", "vanilla_2L_narrow") is None
+    assert budget_rates.rate_ratio(None, "vanilla", "cycle_rev_2L") is None

@@ -124,9 +124,9 @@ def test_each_later_frontier_run_is_one_boot_with_its_own_anchor(tmp_path):
 def test_a_model_timed_in_two_later_runs_gets_their_mean_and_a_note_giving_each():
     """The same pair of models read in two runs is two measurements of one ratio: the table shows
     their mean, the note each run's, and frontier/'s own models keep frontier/'s ratio."""
-    first = [frontier_record("vanilla_s1", 100), frontier_record("nodec_ffn_s1", 150)]
+    first = [frontier_record("vanilla_s1", 100, 800), frontier_record("nodec_ffn_s1", 150)]
     boot = lambda b: {"host": "h", "cpu_model": "c", "boot_id": b}  # noqa: E731
-    later = {"x/2026-12-05": [frontier_record("vanilla_s1", 100, machine=boot("a")),
+    later = {"x/2026-12-05": [frontier_record("vanilla_s1", 100, 1200, machine=boot("a")),
                               frontier_record("nodec_ffn_s1", 50, machine=boot("a")),
                               frontier_record("vanilla_distilled_s1", 90, 600, machine=boot("a"))],
              "x/2026-12-05b": [frontier_record("vanilla_s1", 50, machine=boot("b")),
@@ -135,5 +135,26 @@ def test_a_model_timed_in_two_later_runs_gets_their_mean_and_a_note_giving_each(
     assert cells["nodec_ffn"]["speed"]["1"] == "1.50 / - / - / -"  # frontier/'s, not 0.50
     assert cells["vanilla_distilled"]["ratios"]["1"][0] == pytest.approx((0.9 + 1.1) / 2)
     assert cells["vanilla_distilled"]["speed"]["1"] == "1.00 / - / - / -"  # int8 in one run only
+    # int8: 600 over its run's vanilla's 1,200, times frontier/'s vanilla's 8.00
     assert notes == ["`vanilla_distilled`'s speed cells are the means of 2 later runs: "
-                     "b=1 0.90 / - / - / 6.00 (`2026-12-05`); b=1 1.10 / - / - / - (`2026-12-05b`)."]
+                     "b=1 0.90 / - / - / 4.00 (`2026-12-05`); b=1 1.10 / - / - / - (`2026-12-05b`)."]
+
+
+def test_a_later_runs_engines_are_bridged_through_vanillas_same_engine():
+    """A later run's machine may run one engine faster against eager fairseq than frontier/'s
+    (vanilla's int8 reads 12x there, 8x here): each engine's cell is the model's speed over
+    vanilla's in that engine and run, times vanilla's ratio in frontier/, so a model exactly as
+    fast as vanilla in int8 reads vanilla's 8.00, not 12.00; an engine vanilla lacks in either
+    run is not measured."""
+    first = [frontier_record("vanilla_s1", 100, 800)]
+    other = {"host": "h", "cpu_model": "c", "boot_id": "later"}
+    later = {"x/run": [frontier_record("vanilla_s1", 50, 600, machine=other),
+                       frontier_record("cycle_rev_2L_s1", 40, 600, machine=other),
+                       frontier_record("nodec_ffn_s1", 60, 300, machine=other)]}
+    cells, notes = speed_cells(first, later)
+    assert cells["vanilla"]["speed"]["1"] == "1.00 / - / - / 8.00"
+    assert cells["cycle_rev_2L"]["speed"]["1"] == "0.80 / - / - / 8.00"  # raw: 0.80 / 12.00
+    assert cells["nodec_ffn"]["ratios"]["1"] == [pytest.approx(1.2), None, None, pytest.approx(4.0)]
+    first = [frontier_record("vanilla_s1", 100)]  # frontier/'s vanilla has no int8: nothing to bridge to
+    assert speed_cells(first, later)[0]["cycle_rev_2L"]["speed"]["1"] == "0.80 / - / - / -"
+    assert notes == []

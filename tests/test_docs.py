@@ -191,7 +191,8 @@ def test_the_readme_is_a_front_page():
     """What the plug-in is, the two commands, train / decode / timing / export, then which to
     pick (at most five bullets) before the results table, which has at most seven columns."""
     lines = text(ROOT / "README.md").splitlines()
-    assert len(lines) <= 180, f"README.md has {len(lines)} lines; move detail to docs/"
+    # 190: the 180 of issue 54's front page and the fixed-size answers issue 55 puts under the table
+    assert len(lines) <= 190, f"README.md has {len(lines)} lines; move detail to docs/"
     headings = [l for l in lines if l.startswith("## ")]
     for needed in ("## Install", "## Quick start: translation", "## Which to pick",
                    "## What was measured", "## Quick start: language model",

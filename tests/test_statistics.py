@@ -134,3 +134,29 @@ def test_a_verdict_that_another_pooling_turns_is_marked():
     far = verdict("student2", "vanilla")  # resolved whichever way it is pooled
     assert far.resolved and not far.depends_on_pooling
     assert not st.fmt_difference(far).endswith(st.POOLING_MARK)
+
+
+def test_seeds_to_resolve_is_the_fewest_a_side_whose_interval_excludes_the_gap():
+    """One pool (sd 0.6, 11 degrees of freedom), 3 vs 1 seeds, a gap of +1.0: not resolved as
+    it stands; with n seeds a side (the pool gaining the added seeds' degrees of freedom) the
+    interval first excludes 0 at the count returned, and not one seed earlier."""
+    d = st.compare([30.0, 30.5, 29.5], [31.0], (0.6, 11))
+    assert not d.resolved
+    n = st.seeds_to_resolve(d)
+    half = lambda k: st.t_quantile(11 + (k - 3) + (k - 1)) * 0.6 * (2 / k) ** 0.5  # noqa: E731
+    assert n == 4 and half(n) < 1.0 <= half(n - 1)
+    assert st.fmt_seeds_to_resolve(d) == "4 seeds a side would resolve it"
+    # test sampling the seeds cannot shrink: a gap inside it is never resolved by seeds
+    covered = st.compare([30.0, 30.5, 29.5], [31.0], (0.6, 11), test_variance=0.5)
+    assert st.seeds_to_resolve(covered) is None
+    assert st.fmt_seeds_to_resolve(covered) == f"{st.MOST_SEEDS} seeds a side would not resolve it"
+    # resolved already, or no seed variance: nothing to say
+    resolved = st.compare([30.0, 30.5, 29.5], [33.0], (0.6, 11))
+    assert st.seeds_to_resolve(resolved) == 0 and st.fmt_seeds_to_resolve(resolved) == ""
+    assert st.seeds_to_resolve(st.compare([30.0], [31.0], (None, 0))) is None
+    # two pools: each side's own sd and degrees of freedom, Welch's df as compare() has it
+    two = st.compare([30.0, 30.5, 29.5], [30.6, 30.4], (0.6, 11), pooled_b=(0.2, 3))
+    k = st.seeds_to_resolve(two)
+    welch = lambda k: (lambda va, vb: st.t_quantile((va + vb) ** 2 / (  # noqa: E731
+        va ** 2 / (11 + k - 3) + vb ** 2 / (3 + k - 2))) * (va + vb) ** 0.5)(0.36 / k, 0.04 / k)
+    assert welch(k) < abs(two.delta) <= welch(k - 1)
