@@ -170,6 +170,11 @@ def pick(rows: List[Dict], tolerance: float = TOLERANCE,
     return out
 
 
+#: beside the MB of a model whose export merged LoRA deltas (its record's ``export.lora_merged``)
+LORA_MERGED = ("ct2: the LoRA deltas merged into each layer, every layer stored, an unshared "
+               "model's size")
+
+
 def configuration_cells(records: List[Dict], rows: List[Dict],
                         anchor: str = ANCHOR) -> Dict[str, Dict[str, str]]:
     """Per configuration (:func:`by_configuration`, means over seeds), in the records' order, the
@@ -181,6 +186,8 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
     found = {(r["model"], r["engine"]): r for r in configs}
     mb = {e: disk_mb(configs, e) for e in ("fairseq", "ct2_int8")}
     params = {configuration(rec["model"]): rec.get("params") for rec in records}
+    merged = {configuration(rec["model"]) for rec in records
+              if (rec.get("export") or {}).get("lora_merged")}
     out = {}
     for name in dict.fromkeys(configuration(rec["model"]) for rec in records):
         own = found.get((name, "fairseq"))
@@ -188,7 +195,8 @@ def configuration_cells(records: List[Dict], rows: List[Dict],
                      "parameters": f"{params[name]:,}" if params.get(name) else "-",
                      "bleu": _bleu(own) if own else "-",
                      "mb": " / ".join(fmt(by[name], ".2f") if name in by else "-"
-                                      for by in mb.values()),
+                                      for by in mb.values())
+                     + (f" ({LORA_MERGED})" if name in merged else ""),
                      "speed": {}, "ratios": {}}
         for bs in sizes:
             got = [ratios.get((name, e), {}).get(bs) for e in SHORT_ENGINES]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.budget_summary import speed_cells, summary_table
-from harness.frontier_report import later_runs
+from harness.frontier_report import LORA_MERGED, later_runs
 from harness.statistics import Difference
 
 
@@ -158,3 +158,19 @@ def test_a_later_runs_engines_are_bridged_through_vanillas_same_engine():
     first = [frontier_record("vanilla_s1", 100)]  # frontier/'s vanilla has no int8: nothing to bridge to
     assert speed_cells(first, later)[0]["cycle_rev_2L"]["speed"]["1"] == "0.80 / - / - / -"
     assert notes == []
+
+
+def test_a_lora_models_size_says_its_export_stores_every_layer():
+    """A LoRA-relaxed model's exports merge the deltas into each layer, so its CTranslate2 size
+    is an unshared model's: the MB cell says so, from the record's export; a rigidly shared or
+    untied-norm model's cell is the size alone."""
+    first = [frontier_record("vanilla_s1", 100, 800)]
+    lora = frontier_record("cycle_rev_2L_lora8_s1", 40, 600)
+    lora["export"] = {"exportable": True, "lora_merged": ["encoder", "decoder"]}
+    depthcond = dict(frontier_record("cycle_rev_2L_depthcond_s1", 40, 600),
+                     export={"exportable": True, "lora_merged": []})
+    cells, _ = speed_cells(first, {"x/run": [frontier_record("vanilla_s1", 100, 800), lora,
+                                             depthcond]})
+    assert cells["cycle_rev_2L_lora8"]["mb"] == f"8.00 / 2.00 ({LORA_MERGED})"
+    assert LORA_MERGED.startswith("ct2: the LoRA deltas merged")
+    assert cells["cycle_rev_2L_depthcond"]["mb"] == cells["vanilla"]["mb"] == "8.00 / 2.00"

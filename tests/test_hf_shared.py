@@ -77,6 +77,7 @@ def test_the_stock_form_writes_the_copies(exports, tmp_path):
                     max_len_b=6)
     assert report["ok"] and report["hf"]["class"] == "M2M100ForConditionalGeneration"
     assert report["hf"]["ratio_to_unique"] > 1.5 and data  # 6 layers written for 3 sets
+    assert report["lora_merged"] == []  # rigid ties: no delta to merge
 
 
 def test_a_san_model_has_no_stock_form(exports, tmp_path):

@@ -363,6 +363,7 @@ def test_export_merges_the_deltas_for_fairseq_and_ctranslate2(tmp_path, tmp_path
     for key in ("fairseq_plain_vs_shared", "ct2_float32_vs_fairseq"):
         assert report["verify"][key]["different"] == 0, report["verify"][key]
         assert report["verify"][key]["identical"] + report["verify"][key]["ties"] == 6
+    assert report["lora_merged"] == ["encoder", "decoder"]  # the tables' note on its size
     plain = torch.load(report["plain_checkpoint"], weights_only=True)
     assert not [k for k in plain["model"] if "parametrizations" in k or "sharing" in k]
     assert not [k for k in plain["cfg"]["model"] if "untie" in k or "lora" in k]

@@ -151,7 +151,10 @@ def _export_into(out_dir: str, checkpoint: str, loaded, kind, spm: Optional[str]
     write_inputs(loaded, out_dir, spm)
     report: Dict = {"checkpoint": os.path.abspath(checkpoint), "kind": kind.kind.value,
                     "plain_checkpoint": path,
-                    "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()}}
+                    "sharing": {s: v.describe() for s, v in loaded.model.sharing.items()},
+                    # the exports merge each layer's LoRA delta into its weights: those layers
+                    # are stored apart (an unshared model's size), not once per set
+                    "lora_merged": [s for s, v in loaded.model.sharing.items() if v.lora_rank]}
     plain_model = None if san else load_plain(path, out_dir, kind.kind)[0]
     ct2_dirs = {}
     if ct2:
