@@ -105,14 +105,13 @@ def lines(finals, versus, stages, rates: Optional[Dict], pools, cells: Dict,
     return out
 
 
-def section(finals, versus, stages, rates, pools, frontier, later, results: str,
+def section(finals, versus, stages, rates, pools, frontier, later, runs: Dict[str, List[Dict]],
             level: str = "##") -> List[str]:
     """:func:`lines` under their title (a heading of ``level``), or nothing before their runs:
     summary.md's (:func:`harness.budget_report.render`) and the README's
     (:mod:`~harness.readme_table`). ``frontier`` and ``later``: the frontier's records and the
-    later runs' (:func:`harness.budget_summary.speed_cells`); the beam-1 runs are read from
-    ``results``."""
-    runs = beam1_runs.load(results)
+    later runs' (:func:`harness.budget_summary.speed_cells`); ``runs``: the beam-1 runs
+    (:func:`harness.beam1.load`)."""
     spreads = [max(v) / min(v) for v in beam1_runs.anchor_speeds(runs).values() if len(v) > 1]
     answers = lines(finals, versus, stages, rates, pools, speed_cells(frontier, later)[0],
                     beam1_runs.summaries(runs), max(spreads) if spreads else None)

@@ -110,11 +110,12 @@ def crossover_lines(stages, rates: Optional[Dict],
     """Where the shared configuration's valid loss (mean over seeds, every 100 updates) meets
     its baseline's, at equal updates and at equal training CPU (updates scaled by the
     one-machine rate ratio, :func:`~harness.budget_rates.rate_ratio` of ``rates``), as
-    measured: the gap at the last update both reach with its 95% interval over seeds (``pooled``: the seed sd of valid loss and its degrees of freedom,
-    :func:`comparisons`), and the first point where the shared one is level or ahead with how
-    many validations from there it stays so (mean curves inside seed noise cross back and
-    forth), or that there is none. With ``int8_mb`` (CTranslate2 int8 MB per configuration), what equal size
-    means for the pair: :func:`equal_size_line`."""
+    measured: the gap at the last update both reach with its 95% interval over seeds
+    (``pooled``: the seed sd of valid loss and its degrees of freedom, :func:`comparisons`),
+    and the first point where the shared one is level or ahead with how many validations from
+    there it stays so (mean curves inside seed noise cross back and forth), or that there is
+    none. With ``int8_mb`` (CTranslate2 int8 MB per configuration), what equal size means for
+    the pair: :func:`equal_size_line`."""
     lines = [f"## {title} (mean over seeds; negative: the shared model is ahead)", ""]
     for base, shared in CROSSOVER_PAIRS:
         if base not in stages or shared not in stages:

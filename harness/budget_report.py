@@ -281,6 +281,7 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
         if records:  # one command regenerates every table and plot of the suite
             paths.update({f"{Path(folder).relative_to(out)} {k}": v for k, v in
                           frontier_report.render(folder, best_set=best["bleu"]["set"]).items()})
+    beam1_runs = beam1.load(results)
     summary = ["# Quality, training cost, size and decoding speed of the final models", "",
                "Rendered by `python -m harness.budget render` from `runs/*.json` "
                "(test BLEU and valid loss of the final averaged models), "
@@ -298,10 +299,10 @@ def render(results: str, command: Optional[str] = None) -> Dict[str, str]:
                   if later else "") + ".", "",
                method_note(pooled), "", *best_lines(best), "",
                *budget_answers.section(finals, versus, stages, rates, pooled, frontier, later,
-                                      results),
+                                      beam1_runs),
                *summary_table(finals, versus, cpu_per_update, frontier,
                               lookup["bleu"] if lookup else None, later=later,
-                              beam1_runs=beam1.load(results),
+                              beam1_runs=beam1_runs,
                               beam1_not_kept=beam1.not_kept(results),
                               rate_notes=scaled_note(rates, finals),
                               scaled=scaled(rates, finals)), ""]

@@ -64,7 +64,7 @@ def _export(name: str, checkpoint: str, data: str, work: str, settings: Dict,
     except ExportError as e:
         return {"exportable": False, "reason": str(e)}
     return {"exportable": True, "ok": report["ok"], "dir": out,
-            "lora_merged": report.get("lora_merged", []),
+            "lora_merged": report["lora_merged"],
             "verify": {k: {f: v.get(f) for f in ("sentences", "identical", "ties", "different")}
                        for k, v in report.get("verify", {}).items() if isinstance(v, dict)
                        and "identical" in v}}

@@ -112,7 +112,7 @@ def render(results: str) -> List[str]:
     """The table from the committed records of ``results`` (the budget's folder), read as
     :func:`harness.budget_report.render` reads them for ``summary.md``."""
     from fairseq_shared.data.pipeline import read_lines
-    from harness import budget_answers, budget_report, frontier_report
+    from harness import beam1, budget_answers, budget_report, frontier_report
     from harness.budget_findings import comparisons, row_record
     from harness.budget_rates import training_rates
     from harness.budget_summary import ROWS, speed_cells
@@ -129,7 +129,7 @@ def render(results: str) -> List[str]:
     first = {frontier_report.configuration(r["model"]) for r in frontier}
     distilled = [n for n in finals if row_record(n, {}, finals)["training_data"] != "raw"]
     answers = budget_answers.section(finals, versus, stages, training_rates(results, finals),
-                                     pools, frontier, later, results, level="###")
+                                     pools, frontier, later, beam1.load(results), level="###")
     lines = table(finals, versus, cells, distilled, lookup["bleu"] if lookup else None,
                   list(ROWS), ROWS, frontier_report.SHORT_ENGINES,
                   later=[n for n in cells if n not in first])
